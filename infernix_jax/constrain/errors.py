@@ -1,0 +1,50 @@
+"""User-facing constraint errors: one base class, each error says what and where."""
+
+from __future__ import annotations
+
+
+class ConstraintError(ValueError):
+  """Base of every user error about an output constraint (raised before anything is queued).
+
+  Attributes:
+    location: where the problem is: ``"line:column"`` for GBNF and regex sources, a JSON
+      Pointer (``"/properties/a/minItems"``) for schemas, an index for choices; ``None``
+      when the whole input is at fault.
+  """
+
+  def __init__(self, message: str, location: str | None = None):
+    self.location = location
+    super().__init__(f"{message} (at {location})" if location is not None else message)
+    self.message = message
+
+
+class GrammarSyntaxError(ConstraintError):
+  """A GBNF grammar does not parse or references an undefined rule; location is line:column."""
+
+
+class SchemaError(ConstraintError):
+  """A JSON Schema is not valid JSON or not a valid schema; location is a JSON Pointer."""
+
+
+class UnsupportedSchemaError(SchemaError):
+  """A schema uses a keyword outside the supported subset; location names the keyword."""
+
+
+class RegexError(ConstraintError):
+  """A regex does not parse or uses an unsupported feature; location is line:column."""
+
+
+class ChoiceError(ConstraintError):
+  """A choice list is invalid (not a list of strings, or empty); location is the index."""
+
+
+class FeatureConflictError(ConstraintError):
+  """Options that cannot be combined (e.g. stop strings with a constraint, GBNF with tools)."""
+
+
+class TokenReferenceError(ConstraintError):
+  """A constraint references a token the vocabulary does not have."""
+
+
+class PrefixError(ConstraintError):
+  """A continuation prefix the constraint cannot accept; location is the byte offset."""

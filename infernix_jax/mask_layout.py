@@ -1,0 +1,52 @@
+"""The packed token-mask layout shared by the host (constrain/) and the device (pallas/).
+
+Numpy only: both sides import it, and constrain/ must never import jax.
+
+Layout (DESIGN.md section 3): int32 words, ``word = id // 32``, ``bit = id % 32``, least
+significant bit = smaller id, 1 = allowed, bits past the tokenizer's V are 0. The vocabulary
+dimension is the tokenizer's V, never the logits' padded width.
+
+Per-position states for a constrained row (int8 codes, ``[B, P]``):
+  READY: the prefix is legal and its mask is built.
+  DEAD_END: the prefix has no legal next token (fails the row only if verification reaches it).
+  UNREACHABLE: an earlier draft was illegal or EOS was accepted; the column is filler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+READY = np.int8(0)
+DEAD_END = np.int8(1)
+UNREACHABLE = np.int8(2)
+
+STATE_NAMES = {int(READY): "Ready", int(DEAD_END): "DeadEnd", int(UNREACHABLE): "Unreachable"}
+
+
+def mask_words(vocab_size: int) -> int:
+  """W = ceil(V / 32): int32 words needed for a vocabulary of ``vocab_size`` tokens."""
+  if vocab_size <= 0:
+    raise ValueError(f"{vocab_size=} must be positive")
+  return (vocab_size + 31) // 32
+
+
+def pack(allowed: np.ndarray) -> np.ndarray:
+  """Packs a bool array ``[..., V]`` into int32 words ``[..., ceil(V/32)]``."""
+  allowed = np.asarray(allowed, dtype=bool)
+  v = allowed.shape[-1]
+  w = mask_words(v)
+  padded = np.zeros(allowed.shape[:-1] + (w * 32,), dtype=bool)
+  padded[..., :v] = allowed
+  bits = np.packbits(padded.reshape(allowed.shape[:-1] + (w, 4, 8)), axis=-1, bitorder="little")
+  return np.ascontiguousarray(bits.reshape(allowed.shape[:-1] + (w * 4,))).view("<i4").astype(np.int32)
+
+
+def unpack(words: np.ndarray, vocab_size: int) -> np.ndarray:
+  """Unpacks int32 words ``[..., W]`` into a bool array ``[..., vocab_size]``."""
+  words = np.ascontiguousarray(np.asarray(words, dtype="<i4"))
+  w = words.shape[-1]
+  if vocab_size > w * 32:
+    raise ValueError(f"{vocab_size=} needs {mask_words(vocab_size)} words, got {w}")
+  bits = np.unpackbits(words.view(np.uint8).reshape(words.shape[:-1] + (w * 4, 1)), axis=-1,
+                       bitorder="little")
+  return bits.reshape(words.shape[:-1] + (w * 32,))[..., :vocab_size].astype(bool)
