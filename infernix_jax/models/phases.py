@@ -1,0 +1,113 @@
+"""Jitted inference phases over `nnx.split(model)`: prefill, decode, verify, forward.
+
+One jit boundary per phase, caches donated. Axis letters: B rows, T prompt length,
+P verified positions (K drafts + anchor), D model width, Vm logits width.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from infernix_jax.models.kv_cache import KVCache
+
+DEFAULT_CHUNK = 256  # prefill tokens per compiled call; longer prompts loop over chunks
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits):
+  """One chunk: tokens [B, C], counts i32[B] valid tokens per row (0..C)."""
+  model = nnx.merge(graphdef, state)
+  hidden, cache = model(tokens, cache)  # [B, C, D]
+  last = jnp.take_along_axis(hidden, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)
+  logits = model.logits(last[:, 0])  # [B, Vm]
+  last_logits = jnp.where((counts > 0)[:, None], logits, last_logits)
+  return last_logits, hidden, cache.with_lengths(cache.lengths + counts)
+
+
+def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DEFAULT_CHUNK):
+  """Appends right-padded prompts to the cache in chunks of at most `chunk` tokens.
+
+  Row b appends tokens[b, :lengths[b]] at its own offset cache.lengths[b]; padding is
+  written to scratch positions and never committed.
+
+  Args:
+    graphdef: static graph of the model (`nnx.split`).
+    state: model parameters.
+    cache: donated KV cache.
+    tokens: i32[B, T], right padded.
+    lengths: i32[B], valid tokens per row (0 leaves a row untouched).
+    chunk: tokens per compiled call; prompts longer than it are padded to a multiple.
+
+  Returns:
+    (logits f32[B, Vm] at each row's last appended token (zeros for rows with
+    lengths 0), hidden [B, T, D] before the final norm, cache with lengths advanced).
+  """
+  tokens = jnp.asarray(tokens, jnp.int32)
+  lengths = jnp.asarray(lengths, jnp.int32)
+  b, t = tokens.shape
+  if t > chunk:
+    padded = -(-t // chunk) * chunk
+    tokens = jnp.pad(tokens, ((0, 0), (0, padded - t)))
+  else:
+    chunk = t
+  vm = state["embed"][...].shape[0]
+  last_logits = jnp.zeros((b, vm), jnp.float32)
+  hiddens = []
+  for start in range(0, tokens.shape[1], chunk):
+    counts = jnp.clip(lengths - start, 0, chunk)
+    last_logits, hidden, cache = _prefill_chunk(
+        graphdef, state, cache, tokens[:, start:start + chunk], counts, last_logits)
+    hiddens.append(hidden)
+  hidden = hiddens[0] if len(hiddens) == 1 else jnp.concatenate(hiddens, axis=1)
+  return last_logits, hidden[:, :t], cache
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def decode(graphdef, state, cache: KVCache, tokens):
+  """Appends one token per row and commits it.
+
+  Args:
+    tokens: i32[B], written at position cache.lengths[b].
+
+  Returns:
+    (logits f32[B, Vm], hidden [B, D], cache with lengths + 1).
+  """
+  model = nnx.merge(graphdef, state)
+  hidden, cache = model(tokens[:, None], cache)  # [B, 1, D]
+  return model.logits(hidden[:, 0]), hidden[:, 0], cache.with_lengths(cache.lengths + 1)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def verify(graphdef, state, cache: KVCache, tokens):
+  """Scores P tokens per row ([anchor, d1..dK]) at each row's own offset.
+
+  Keys/values are written at positions lengths[b] .. lengths[b] + P - 1 but lengths stay
+  unchanged: the engine commits the accepted prefix with `cache.with_lengths(...)`.
+
+  Args:
+    tokens: i32[B, P].
+
+  Returns:
+    (logits f32[B, P, Vm], hidden [B, P, D] before the final norm, cache).
+  """
+  model = nnx.merge(graphdef, state)
+  hidden, cache = model(tokens, cache)
+  return model.logits(hidden), hidden, cache
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def forward(graphdef, state, tokens):
+  """Full causal forward without a persistent cache (tests, scoring): tokens [B, T].
+
+  Returns:
+    (logits f32[B, T, Vm], hidden [B, T, D]).
+  """
+  model = nnx.merge(graphdef, state)
+  b, t = tokens.shape
+  cache = KVCache.init(model.cfg, batch=b, capacity=t)
+  hidden, _ = model(tokens, cache)
+  return model.logits(hidden), hidden

@@ -1,0 +1,135 @@
+"""Flax NNX decoder of the Qwen family with layer-stacked weights and an explicit KV cache.
+
+Axis letters: B rows, T query length, S cache capacity, L layers, D model width,
+Vm logits width, N/K query/kv heads, H head dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from infernix_jax.models import _layers
+from infernix_jax.models.config import ModelConfig
+from infernix_jax.models.kv_cache import KVCache
+
+_INIT_STD = 0.02  # matches the HF initializer_range default
+
+
+def _init(name: str, shape, dtype, key) -> jax.Array:
+  """Random init: ones for norm scales, zeros for biases, N(0, 0.02) for matrices."""
+  if name.endswith("norm"):
+    return jnp.ones(shape, dtype)
+  if name.endswith("bias"):
+    return jnp.zeros(shape, dtype)
+  return (_INIT_STD * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
+
+
+class DecoderLayers(nnx.Module):
+  """`num_layers` pre-norm decoder layers whose parameters are stacked on a leading L axis.
+
+  Stacking lets one `lax.scan` run all layers, so compile time does not grow with depth.
+  Matrices are stored [in, out] (x @ W).
+  """
+
+  def __init__(self, cfg: ModelConfig, num_layers: int, *, rngs: nnx.Rngs):
+    self.names = tuple(sorted(_layers.layer_param_shapes(cfg)))
+    for name, shape in sorted(_layers.layer_param_shapes(cfg).items()):
+      value = _init(name, (num_layers, *shape), cfg.jnp_dtype, rngs.params())
+      setattr(self, name, nnx.Param(value))
+
+  def params(self) -> dict[str, jax.Array]:
+    """Parameter arrays by name, each [L, ...]."""
+    return {name: getattr(self, name)[...] for name in self.names}
+
+
+def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
+  """Query t of row b sits at position starts[b] + t and reads keys 0..that: bool [B, T, S]."""
+  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
+  return jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
+
+
+def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
+                  cache_k: jax.Array, cache_v: jax.Array, starts: jax.Array):
+  """Runs stacked causal layers over T new tokens written at each row's offset.
+
+  Args:
+    cfg: the model (or drafter) config.
+    params: stacked layer parameters, each [L, ...].
+    x: input activations [B, T, D].
+    cache_k: keys [L, B, S, K, H]; updated at positions starts[b] .. starts[b] + T - 1
+      (positions beyond S are dropped).
+    cache_v: values, same layout.
+    starts: first position of each row's new tokens, i32[B].
+
+  Returns:
+    (output activations [B, T, D], cache_k, cache_v).
+  """
+  b, t, _ = x.shape
+  s = cache_k.shape[2]
+  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
+  cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
+  mask = causal_mask(starts, t, s)  # [B, T, S]
+  rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
+
+  def body(carry, xs):
+    x, ck, cv = carry
+    p, layer = xs
+    h = _layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
+    q, k, v = _layers.project_qkv(cfg, p, h, cos, sin)
+    # In-place scatter into the carried cache: donated buffers are updated, not copied.
+    ck = ck.at[layer, rows, positions].set(k.astype(ck.dtype), mode="drop")
+    cv = cv.at[layer, rows, positions].set(v.astype(cv.dtype), mode="drop")
+    o = _layers.attention(q, ck[layer].astype(q.dtype), cv[layer].astype(q.dtype), mask)
+    x = x + _layers.attn_out(cfg, p, o)
+    x = x + _layers.mlp(cfg, p, x)
+    return (x, ck, cv), None
+
+  num_layers = cache_k.shape[0]
+  layer_ids = jnp.arange(num_layers, dtype=jnp.int32)
+  (x, cache_k, cache_v), _ = jax.lax.scan(body, (x, cache_k, cache_v), (params, layer_ids))
+  return x, cache_k, cache_v
+
+
+class Transformer(nnx.Module):
+  """Decoder-only transformer: Qwen2/2.5, Qwen3 and Llama-style (SmolLM2) checkpoints.
+
+  Call it through the jitted phases in `infernix_jax.models.phases` (`prefill`, `decode`,
+  `verify`) over `nnx.split(model)`; the methods here are the traced building blocks.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    dtype = cfg.jnp_dtype
+    self.embed = nnx.Param(_init("embed", (cfg.vocab_size, cfg.dim), dtype, rngs.params()))
+    self.layers = DecoderLayers(cfg, cfg.num_layers, rngs=rngs)
+    self.final_norm = nnx.Param(jnp.ones((cfg.dim,), dtype))
+    if not cfg.tie_embeddings:
+      self.lm_head = nnx.Param(_init("lm_head", (cfg.dim, cfg.vocab_size), dtype,
+                                     rngs.params()))
+
+  def embed_tokens(self, tokens: jax.Array) -> jax.Array:
+    """Token ids [B, T] -> embeddings [B, T, D]."""
+    return jnp.take(self.embed[...], tokens, axis=0)
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """Pre-norm hidden [..., D] -> f32 logits [..., Vm] (final RMSNorm, then the LM head)."""
+    h = _layers.rms_norm(hidden, self.final_norm[...], self.cfg.norm_eps)
+    if self.cfg.tie_embeddings:
+      return jnp.einsum("...D,VD->...V", h, self.embed[...],
+                        preferred_element_type=jnp.float32)
+    return jnp.einsum("...D,DV->...V", h, self.lm_head[...],
+                      preferred_element_type=jnp.float32)
+
+  def __call__(self, tokens: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
+    """Runs tokens [B, T] at positions cache.lengths[b] + t and writes their keys/values.
+
+    Returns:
+      (hidden [B, T, D] before the final norm, cache with new entries and unchanged
+      lengths). Callers commit by `cache.with_lengths(...)`.
+    """
+    x = self.embed_tokens(tokens)
+    x, k, v = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v,
+                            cache.lengths)
+    return x, KVCache(k=k, v=v, lengths=cache.lengths)

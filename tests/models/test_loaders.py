@@ -1,0 +1,64 @@
+"""Loader pieces: GGUF Q/K row order, orbax round trip, tokenizer.json sources, errors."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from infernix_jax import models as im
+from infernix_jax.models import _gguf
+
+
+def _llama_cpp_permute(w, heads):
+  """llama.cpp convert_hf_to_gguf's permutation, written from its definition (the oracle)."""
+  out = np.empty_like(w)
+  h = w.shape[0] // heads
+  for head in range(heads):
+    for i in range(h // 2):
+      for j in range(2):  # gguf row (head, i, j) holds hf row (head, j, i)
+        out[head * h + 2 * i + j] = w[head * h + j * (h // 2) + i]
+  return out
+
+
+@pytest.mark.parametrize("heads,head_dim", [(3, 8), (1, 4), (4, 6)])
+def test_unpermute_inverts_llama_cpp_permute(heads, head_dim):
+  w = np.random.default_rng(0).normal(size=(heads * head_dim, 5)).astype(np.float32)
+  np.testing.assert_array_equal(_gguf.unpermute_rows(_llama_cpp_permute(w, heads), heads), w)
+  bias = w[:, 0].copy()
+  np.testing.assert_array_equal(
+      _gguf.unpermute_rows(_llama_cpp_permute(bias[:, None], heads)[:, 0], heads), bias)
+
+
+def test_orbax_round_trip(tmp_path):
+  cfg = im.ModelConfig(vocab_size=67, dim=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                       head_dim=16, ffn_dim=48, qkv_bias=True, tie_embeddings=False)
+  model = im.Transformer(cfg, rngs=nnx.Rngs(1))
+  directory = im.save_checkpoint(tmp_path / "ckpt", cfg, model, vocab_source="/x/tok.json")
+  cfg2, model2, source = im.load_checkpoint(directory)
+  assert cfg2 == cfg and str(source) == "/x/tok.json"
+  tokens = jnp.asarray(np.arange(10, dtype=np.int32)[None] % 67)
+  a, _ = im.forward(*nnx.split(model), tokens)
+  b, _ = im.forward(*nnx.split(model2), tokens)
+  np.testing.assert_array_equal(a, b)
+  with pytest.raises(FileNotFoundError, match="not an infernix checkpoint"):
+    im.load_checkpoint(tmp_path)
+
+
+def test_tokenizer_json_source(tmp_path):
+  tokenizers = pytest.importorskip("tokenizers")
+  backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(
+      {"<unk>": 0, "hello": 1, "world": 2, "</s>": 3}, unk_token="<unk>"))
+  backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+  backend.save(str(tmp_path / "tokenizer.json"))
+  (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "</s>", "chat_template": "x"}')
+  tok = im.load_tokenizer(tmp_path)
+  assert tok.encode("hello world") == [1, 2] and tok.eos_id == 3 and tok.chat_template == "x"
+  with pytest.raises(FileNotFoundError, match="tokenizer"):
+    im.load_tokenizer(tmp_path / "missing.json")
+
+
+def test_missing_files_raise_clear_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match="config.json"):
+    im.load_hf_dir(tmp_path)
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    im.load_gguf(tmp_path / "nope.gguf")

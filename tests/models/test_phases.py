@@ -1,0 +1,113 @@
+"""Cached phases agree with the full forward: prefill, decode, verify, rollback, chunking."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from infernix_jax import models as im
+
+CFG = im.ModelConfig(vocab_size=97, dim=48, num_layers=2, num_heads=4, num_kv_heads=2,
+                     head_dim=16, ffn_dim=80, rope_theta=10_000.0, qk_norm=True,
+                     tie_embeddings=False, name="tiny-qwen3")
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def split():
+  return nnx.split(im.Transformer(CFG, rngs=nnx.Rngs(3)))
+
+
+def _tokens(b, t, seed=0):
+  return np.random.default_rng(seed).integers(0, CFG.vocab_size, size=(b, t)).astype(np.int32)
+
+
+def test_prefill_then_decode_equals_forward(split):
+  graphdef, state = split
+  seq = _tokens(2, 12)
+  full_logits, full_hidden = im.forward(graphdef, state, jnp.asarray(seq))
+  cache = im.KVCache.init(CFG, batch=2, capacity=16)
+  lengths = np.array([5, 8], np.int32)  # per-row prompt lengths, right padded
+  padded = np.where(np.arange(8) < lengths[:, None], seq[:, :8], 0)
+  logits, hidden, cache = im.prefill(graphdef, state, cache, padded, lengths)
+  np.testing.assert_array_equal(cache.lengths, lengths)
+  for b, n in enumerate(lengths):
+    np.testing.assert_allclose(logits[b], full_logits[b, n - 1], atol=ATOL)
+    np.testing.assert_allclose(hidden[b, :n], full_hidden[b, :n], atol=ATOL)
+  pos = lengths.copy()
+  for _ in range(3):  # each row continues at its own offset
+    logits, hidden, cache = im.decode(graphdef, state, cache, jnp.asarray(seq[[0, 1], pos]))
+    for b in range(2):
+      np.testing.assert_allclose(logits[b], full_logits[b, pos[b]], atol=ATOL)
+      np.testing.assert_allclose(hidden[b], full_hidden[b, pos[b]], atol=ATOL)
+    pos += 1
+  np.testing.assert_array_equal(cache.lengths, pos)
+
+
+def test_chunked_prefill_equals_one_chunk(split):
+  graphdef, state = split
+  seq = _tokens(2, 11, seed=1)
+  lengths = np.array([11, 6], np.int32)
+  one = im.prefill(graphdef, state, im.KVCache.init(CFG, 2, 16), seq, lengths)
+  many = im.prefill(graphdef, state, im.KVCache.init(CFG, 2, 16), seq, lengths, chunk=4)
+  np.testing.assert_allclose(one[0], many[0], atol=ATOL)
+  for b, n in enumerate(lengths):
+    np.testing.assert_allclose(one[1][b, :n], many[1][b, :n], atol=ATOL)
+    np.testing.assert_allclose(one[2].k[:, b, :n], many[2].k[:, b, :n], atol=ATOL)
+  np.testing.assert_array_equal(many[2].lengths, lengths)
+
+
+def test_verify_equals_sequential_decodes_and_rollback(split):
+  graphdef, state = split
+  seq = _tokens(2, 9, seed=2)
+  drafts = _tokens(2, 5, seed=3)  # P = 5: anchor + 4 drafts
+  lengths = np.array([4, 2], np.int32)
+
+  def fresh():
+    cache = im.KVCache.init(CFG, 2, 16)
+    return im.prefill(graphdef, state, cache, seq[:, :4], lengths)[2]
+
+  v_logits, v_hidden, cache = im.verify(graphdef, state, fresh(), jnp.asarray(drafts))
+  assert v_logits.shape == (2, 5, CFG.vocab_size) and v_hidden.shape == (2, 5, CFG.dim)
+  np.testing.assert_array_equal(cache.lengths, lengths)  # verify never commits
+
+  seq_cache = fresh()
+  for p in range(5):
+    logits, hidden, seq_cache = im.decode(graphdef, state, seq_cache, jnp.asarray(drafts[:, p]))
+    np.testing.assert_allclose(v_logits[:, p], logits, atol=ATOL)
+    np.testing.assert_allclose(v_hidden[:, p], hidden, atol=ATOL)
+
+  # Rollback: verify other drafts at the same offsets, then the first ones again.
+  other = (drafts + 1) % CFG.vocab_size
+  o_logits, _, cache = im.verify(graphdef, state, cache, jnp.asarray(other))
+  assert np.abs(np.asarray(o_logits) - np.asarray(v_logits)).max() > 1e-3
+  again, _, cache = im.verify(graphdef, state, cache, jnp.asarray(drafts))
+  np.testing.assert_allclose(again, v_logits, atol=ATOL)
+
+  # Commit two drafts of row 0 and none of row 1; the next verify continues from there.
+  cache = cache.with_lengths(lengths + np.array([2, 0]))
+  nxt, _, _ = im.verify(graphdef, state, cache, jnp.asarray(drafts[:, 2:4]))
+  np.testing.assert_allclose(nxt[0], v_logits[0, 2:4], atol=ATOL)
+  full, _ = im.forward(graphdef, state, jnp.asarray(np.concatenate([seq[1:, :2], drafts[1:, 2:4]],
+                                                                   axis=1)))
+  np.testing.assert_allclose(nxt[1], full[0, 2:4], atol=ATOL)
+
+
+def test_with_lengths_checks_shape():
+  cache = im.KVCache.init(CFG, batch=2, capacity=4)
+  assert cache.k.shape == (2, 2, 4, 2, 16) and cache.capacity == 4 and cache.batch == 2
+  with pytest.raises(ValueError, match="shape"):
+    cache.with_lengths(np.zeros(3, np.int32))
+
+
+def test_bf16_model_runs_close_to_f32(split):
+  graphdef, state = split
+  pure = jax.tree.map(lambda x: x.astype(jnp.bfloat16), nnx.to_pure_dict(state))
+  g16, s16 = nnx.split(im.Transformer(CFG.replace(dtype="bfloat16"), rngs=nnx.Rngs(0)))
+  nnx.replace_by_pure_dict(s16, pure)
+  seq = jnp.asarray(_tokens(1, 6, seed=4))
+  ref, _ = im.forward(graphdef, state, seq)
+  out, hidden = im.forward(g16, s16, seq)
+  assert hidden.dtype == jnp.bfloat16 and out.dtype == jnp.float32
+  assert np.abs(np.asarray(out) - np.asarray(ref)).max() < 0.05 * np.abs(np.asarray(ref)).max()
