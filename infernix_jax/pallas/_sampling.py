@@ -1,0 +1,219 @@
+"""Per-row sampling transforms in plain jnp: legality, penalties, top-k/min-p/top-p supports.
+
+The target distribution of a row (DESIGN.md section 5): penalized logits z, legal set A
+(mask bits for ids < V; every id < V for a disabled row). With T > 0 the weights are
+w = exp(z/T - max_A z/T) on the support S, where
+  top-k: the k largest z over the finite legal ids, ties to the smaller id (k <= |A| uses k);
+  min-p: w >= min_p;
+  top-p: keep v iff the mass of strictly larger z in the support so far is < top_p * sum w;
+and p = w / sum_S w. Greedy (T = 0) is argmax_A z, ties to the smaller id. Every support is
+a threshold on the order-preserving int32 key of z, found by bisection (no sort: sorting
+[R, 151936] on CPU costs seconds). Rows are vectorized: arrays are [N, Vm].
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from infernix_jax.pallas import _rng
+from infernix_jax.pallas._types import FLAG_EMPTY, FLAG_NONFINITE
+
+INT_MIN = np.int32(-2**31)
+INT_MAX = np.int32(2**31 - 1)
+
+
+def sort_key(z):
+  """Order-preserving int32 key of f32 values (-0.0 folded onto +0.0)."""
+  bits = jax.lax.bitcast_convert_type(z + 0.0, jnp.int32)
+  return jnp.where(bits < 0, bits ^ np.int32(0x7FFFFFFF), bits)
+
+
+def unpack_legal(mask, enabled, vocab_size: int, width: int):
+  """bool[N, width] legal ids from packed words [N, W]; disabled rows allow every id < V."""
+  n, w = mask.shape
+  lanes = jnp.arange(32, dtype=jnp.int32)
+  bits = jax.lax.shift_right_logical(mask[:, :, None], lanes[None, None, :]) & 1    # [N, W, 32]
+  bits = bits.reshape(n, w * 32)[:, :min(width, w * 32)] == 1
+  if width > w * 32:
+    bits = jnp.pad(bits, ((0, 0), (0, width - w * 32)))
+  in_vocab = jnp.arange(width, dtype=jnp.int32) < vocab_size
+  return (bits | ~enabled[:, None]) & in_vocab[None, :]
+
+
+def penalty_entries(ids, counts, presence, frequency):
+  """Sparse logit deltas from a history with possible duplicate ids.
+
+  Args:
+    ids: i32[N, H] history ids (-1 padding); counts: i32[N, H]; presence, frequency: f32[N].
+
+  Returns:
+    (ids i32[N, H], delta f32[N, H]): delta is nonzero only at the first occurrence of an id
+    and equals presence * [total > 0] + frequency * total for that id's total count.
+  """
+  valid = ids >= 0
+  same = (ids[:, :, None] == ids[:, None, :]) & valid[:, :, None] & valid[:, None, :]
+  total = jnp.sum(jnp.where(same, counts[:, None, :], 0), axis=-1)             # [N, H]
+  h = ids.shape[1]
+  earlier = jnp.tril(jnp.ones((h, h), bool), k=-1)                             # j < i
+  first = ~jnp.any(same & earlier[None], axis=-1)
+  delta = presence[:, None] * (total > 0) + frequency[:, None] * total
+  return ids, jnp.where(valid & first, delta, 0.0).astype(jnp.float32)
+
+
+def apply_penalties(z, ids, delta):
+  """z f32[N, Vm] minus the sparse deltas (ids i32[N, H], delta f32[N, H])."""
+  n, vm = z.shape
+  if ids.shape[1] == 0:
+    return z
+  safe = jnp.where((ids >= 0) & (ids < vm), ids, vm)                           # vm: dropped
+  rows = jnp.broadcast_to(jnp.arange(n)[:, None], ids.shape)
+  return z.at[rows, safe].add(-delta, mode="drop")
+
+
+class Support(NamedTuple):
+  """Target distribution of N rows in threshold form."""
+  flags: jax.Array      # i32[N]: FLAG_EMPTY / FLAG_NONFINITE
+  greedy: jax.Array     # i32[N]: argmax over legal, ties to the smaller id (-1 if flagged)
+  zt: jax.Array         # f32[N, Vm]: z / T (z for greedy rows)
+  cand: jax.Array       # bool[N, Vm]: the support S
+  w: jax.Array          # f32[N, Vm]: exp(zt - max) on S, 0 elsewhere
+  total: jax.Array      # f32[N]: sum of w
+
+
+def _kth_key(keys, ok, k):
+  """Per row, the largest key t with #{ok & key >= t} >= k (k >= 1 assumed where used)."""
+  lo = jnp.min(jnp.where(ok, keys, INT_MAX), axis=-1)
+  hi = jnp.max(jnp.where(ok, keys, INT_MIN), axis=-1)
+
+  def body(_, c):
+    lo, hi = c
+    mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1) + ((lo ^ hi) & 1)               # ceil((lo+hi)/2)
+    good = jnp.sum(ok & (keys >= mid[:, None]), axis=-1) >= k
+    act = lo < hi
+    return jnp.where(act & good, mid, lo), jnp.where(act & ~good, mid - 1, hi)
+
+  lo, _ = jax.lax.fori_loop(0, 32, body, (lo, hi))
+  return lo
+
+
+def _tie_id(ids, tie, r, width: int):
+  """Per row, the smallest id t with #{tie & id <= t} >= r."""
+  lo = jnp.zeros(r.shape, jnp.int32)
+  hi = jnp.full(r.shape, width - 1, jnp.int32)
+
+  def body(_, c):
+    lo, hi = c
+    mid = (lo + hi) // 2
+    good = jnp.sum(tie & (ids <= mid[:, None]), axis=-1) >= r
+    act = lo < hi
+    return jnp.where(act & ~good, mid + 1, lo), jnp.where(act & good, mid, hi)
+
+  lo, _ = jax.lax.fori_loop(0, max(1, int(np.ceil(np.log2(max(width, 2))))) + 1, body,
+                            (lo, hi))
+  return lo
+
+
+def _top_p_key(keys, inside, w, top_p):
+  """Per row, the smallest key t with sum{inside & key > t} w < top_p * sum w (else max)."""
+  target = top_p * jnp.sum(jnp.where(inside, w, 0.0), axis=-1)
+  lo = jnp.min(jnp.where(inside, keys, INT_MAX), axis=-1)
+  hi = jnp.max(jnp.where(inside, keys, INT_MIN), axis=-1)
+
+  def body(_, c):
+    lo, hi = c
+    mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)                                 # floor
+    mass = jnp.sum(jnp.where(inside & (keys > mid[:, None]), w, 0.0), axis=-1)
+    good = mass < target
+    act = lo < hi
+    return jnp.where(act & ~good, mid + 1, lo), jnp.where(act & good, mid, hi)
+
+  lo, _ = jax.lax.fori_loop(0, 32, body, (lo, hi))
+  return lo
+
+
+def support(z, legal, temperature, top_k, top_p, min_p) -> Support:
+  """The support and weights of each row's target distribution.
+
+  Args:
+    z: f32[N, Vm] penalized logits; legal: bool[N, Vm]; temperature, top_p, min_p: f32[N];
+      top_k: i32[N].
+
+  Returns:
+    A Support.
+  """
+  n, vm = z.shape
+  ids = jnp.arange(vm, dtype=jnp.int32)[None, :]
+  n_legal = jnp.sum(legal, axis=-1)
+  bad = jnp.any(legal & (jnp.isnan(z) | (z == jnp.inf)), axis=-1)
+  fin = legal & jnp.isfinite(z)
+  n_fin = jnp.sum(fin, axis=-1)
+  flags = jnp.where(n_legal == 0, FLAG_EMPTY,
+                    jnp.where(bad | (n_fin == 0), FLAG_NONFINITE, 0)).astype(jnp.int32)
+  zf = jnp.where(fin, z, -jnp.inf)
+  zmax = jnp.max(zf, axis=-1)
+  greedy = jnp.min(jnp.where(fin & (zf == zmax[:, None]), ids, INT_MAX), axis=-1)
+  greedy = jnp.where(flags == 0, greedy, -1)
+
+  sampling = (temperature > 0) & (flags == 0)
+  inv_t = jnp.where(sampling, 1.0 / jnp.where(sampling, temperature, 1.0), 1.0)
+  zt = z * inv_t[:, None]
+  keys = sort_key(jnp.where(fin, z, 0.0))
+
+  # top-k over finite legal ids, ties to the smaller id.
+  need_k = sampling & (top_k > 0) & (top_k < n_fin)
+  k = jnp.where(need_k, top_k, 1)
+  tk = jax.lax.cond(jnp.any(need_k), lambda: _kth_key(keys, fin & need_k[:, None], k),
+                    lambda: jnp.full((n,), INT_MIN, jnp.int32))
+  tk = jnp.where(need_k, tk, INT_MIN)
+  n_gt = jnp.sum(fin & (keys > tk[:, None]), axis=-1)
+  tie = fin & (keys == tk[:, None])
+  need_tie = need_k & (n_gt + jnp.sum(tie, axis=-1) > k)
+  tid = jax.lax.cond(jnp.any(need_tie), lambda: _tie_id(ids, tie & need_tie[:, None],
+                                                         k - n_gt, vm),
+                     lambda: jnp.full((n,), INT_MAX, jnp.int32))
+  tid = jnp.where(need_tie, tid, INT_MAX)
+  cand = fin & ((keys > tk[:, None]) | ((keys == tk[:, None]) & (ids <= tid[:, None])))
+
+  # min-p on weights relative to the most probable legal token.
+  m = jnp.where(sampling, zmax * inv_t, 0.0)
+  w = jnp.where(cand, jnp.exp(zt - m[:, None]), 0.0)
+  cand = cand & (w >= min_p[:, None])
+  w = jnp.where(cand, w, 0.0)
+
+  # top-p over what is left.
+  need_p = sampling & (top_p < 1.0)
+  tp = jax.lax.cond(jnp.any(need_p), lambda: _top_p_key(keys, cand & need_p[:, None], w,
+                                                         top_p),
+                    lambda: jnp.full((n,), INT_MIN, jnp.int32))
+  tp = jnp.where(need_p, tp, INT_MIN)
+  cand = cand & (keys >= tp[:, None]) & sampling[:, None]
+  w = jnp.where(cand, w, 0.0)
+  return Support(flags, greedy, zt, cand, w, jnp.sum(w, axis=-1))
+
+
+def probabilities(s: Support, temperature):
+  """f32[N, Vm] target p: w / total at T > 0, one-hot(greedy) at T = 0, zeros if flagged."""
+  vm = s.w.shape[1]
+  onehot = jnp.arange(vm)[None, :] == s.greedy[:, None]
+  p = jnp.where((temperature > 0)[:, None], s.w / jnp.maximum(s.total, 1e-38)[:, None],
+                onehot.astype(jnp.float32))
+  return jnp.where((s.flags == 0)[:, None], p, 0.0)
+
+
+def gumbel_argmax(scores, cand, key):
+  """Per row, argmax over cand of scores + Gumbel(key, id); ties to the smaller id; -1 if none.
+
+  Args:
+    scores: f32[N, Vm]; cand: bool[N, Vm]; key: u32[N] stream keys.
+  """
+  vm = scores.shape[1]
+  ids = jnp.arange(vm, dtype=jnp.int32)
+  g = _rng.gumbel(_rng.random_bits(key[:, None], ids[None, :]))
+  s = jnp.where(cand, scores + g, -jnp.inf)
+  best = jnp.max(s, axis=-1)
+  tok = jnp.min(jnp.where(cand & (s == best[:, None]), ids[None, :], INT_MAX), axis=-1)
+  return jnp.where(jnp.any(cand, axis=-1), tok, -1)

@@ -1,0 +1,109 @@
+"""Public value types of the mask-consuming kernels: sampling parameters, proposal q, flags.
+
+Axis letters (docs/CONTRACTS.md): R rows of a kernel call, B lanes, K drafts, P = K + 1
+positions, V tokenizer vocabulary, Vm logits width (>= V), W = ceil(V / 32) mask words,
+H history entries per row, J = 16 sparse proposal candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+# Per-row result flags (bit values of ``flags``).
+FLAG_DEAD_END = 1    # verification reached a DeadEnd position (no token produced there)
+FLAG_NONFINITE = 2   # NaN/+inf among the legal logits, or no legal logit is finite
+FLAG_EMPTY = 4       # the legal set is empty
+
+# Purposes of the counter-based random streams (DESIGN.md section 5).
+PURPOSE_SAMPLE = 0   # token draws: ordinary sampling, corrections and bonus tokens
+
+SPARSE_Q_WIDTH = 16  # J: candidates of a sparse proposal (DFlash2)
+
+
+def _field(**kw):
+  return dataclasses.field(**kw)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """Per-row sampling parameters (a pytree of arrays with leading axis R).
+
+  Attributes:
+    temperature: f32[R]; 0 means greedy (argmax over the legal set, ties to the smaller id).
+    top_k: i32[R]; 0 means off. Chosen over legal tokens only.
+    top_p: f32[R]; 1 means off.
+    min_p: f32[R]; 0 means off (relative to the most probable legal token).
+    presence_penalty: f32[R]; subtracted once from every token in the history.
+    frequency_penalty: f32[R]; subtracted ``count`` times.
+    history_ids: i32[R, H] token ids of the output so far, -1 padding.
+    history_counts: i32[R, H] occurrences of each history id.
+  """
+  temperature: jax.Array
+  top_k: jax.Array
+  top_p: jax.Array
+  min_p: jax.Array
+  presence_penalty: jax.Array
+  frequency_penalty: jax.Array
+  history_ids: jax.Array
+  history_counts: jax.Array
+
+  @classmethod
+  def create(cls, rows: int, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+             presence_penalty=0.0, frequency_penalty=0.0, history_ids=None,
+             history_counts=None) -> "SamplingParams":
+    """Builds parameters for ``rows`` rows, broadcasting scalars.
+
+    Args:
+      rows: R.
+      temperature, top_k, top_p, min_p, presence_penalty, frequency_penalty: scalars or [R].
+      history_ids: i32[R, H] (-1 padding) or None for no history.
+      history_counts: i32[R, H]; defaults to 1 for every valid history id.
+
+    Returns:
+      A SamplingParams with every field shaped [R] (history [R, H]).
+    """
+    f32 = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), (rows,))
+    i32 = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.int32), (rows,))
+    if history_ids is None:
+      history_ids = jnp.full((rows, 0), -1, jnp.int32)
+    history_ids = jnp.asarray(history_ids, jnp.int32)
+    if history_counts is None:
+      history_counts = (history_ids >= 0).astype(jnp.int32)
+    history_counts = jnp.asarray(history_counts, jnp.int32)
+    if history_ids.shape != history_counts.shape or history_ids.shape[0] != rows:
+      raise ValueError(f"{history_ids.shape=} and {history_counts.shape=} must both be "
+                       f"[{rows}, H]")
+    return cls(f32(temperature), i32(top_k), f32(top_p), f32(min_p), f32(presence_penalty),
+               f32(frequency_penalty), history_ids, history_counts)
+
+  @property
+  def rows(self) -> int:
+    return self.temperature.shape[0]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class OneHotQ:
+  """Proposal of a greedy drafter (n-gram, MTP, DFlash, jump-forward): q = one-hot(draft)."""
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SparseQ:
+  """Sparse proposal (DFlash2): ids i32[B, K, J] (-1 padding), probs f32[B, K, J]."""
+  ids: jax.Array
+  probs: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DenseQ:
+  """Dense proposal of a sampling draft model: probs f32[B, K, Vm] (possibly grammar-masked)."""
+  probs: jax.Array
+
+
+Proposal = OneHotQ | SparseQ | DenseQ
