@@ -4,7 +4,8 @@ from infernix_jax.pallas._types import (FLAG_DEAD_END, FLAG_EMPTY, FLAG_NONFINIT
                                         PURPOSE_SAMPLE, SPARSE_Q_WIDTH, DenseQ, OneHotQ,
                                         SamplingParams, SparseQ)
 from infernix_jax.pallas.dispatch import masked_sample, resolve_impl, spec_accept
-from infernix_jax.pallas.masked_sample import (BlockSizes, masked_sample_kernel,
+from infernix_jax.pallas.masked_sample import (BlockSizes, masked_probs_reference,
+                                               masked_sample_kernel,
                                                masked_sample_reference)
 from infernix_jax.pallas.spec_accept import (SpecResult, spec_accept_kernel,
                                              spec_accept_reference)
@@ -12,6 +13,6 @@ from infernix_jax.pallas.spec_accept import (SpecResult, spec_accept_kernel,
 __all__ = [
     "FLAG_DEAD_END", "FLAG_EMPTY", "FLAG_NONFINITE", "PURPOSE_SAMPLE", "SPARSE_Q_WIDTH",
     "BlockSizes", "DenseQ", "OneHotQ", "SamplingParams", "SparseQ", "SpecResult",
-    "masked_sample", "masked_sample_kernel", "masked_sample_reference", "resolve_impl",
+    "masked_probs_reference", "masked_sample", "masked_sample_kernel", "masked_sample_reference", "resolve_impl",
     "spec_accept", "spec_accept_kernel", "spec_accept_reference",
 ]

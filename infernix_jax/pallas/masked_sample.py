@@ -156,6 +156,24 @@ def _gpu_params(block: BlockSizes):
   return plgpu.CompilerParams(num_warps=block.num_warps, num_stages=block.num_stages)
 
 
+@functools.partial(jax.jit, static_argnames=["vocab_size"])
+def masked_probs_reference(logits, mask, mask_enabled, params: SamplingParams, *,
+                           vocab_size: int):
+  """The target distribution p of each row (what ``masked_sample`` draws from).
+
+  Returns:
+    (p f32[R, Vm] (one-hot at temperature 0, zeros for flagged rows), greedy i32[R],
+    flags i32[R]).
+  """
+  r, vm = check_inputs(logits, mask, mask_enabled, params, None, None, vocab_size)
+  z = _prepare_logits(logits, params).astype(jnp.float32)
+  if mask is None:
+    mask, mask_enabled = jnp.zeros((r, 1), jnp.int32), jnp.zeros((r,), bool)
+  legal = _sampling.unpack_legal(mask.astype(jnp.int32), mask_enabled, vocab_size, vm)
+  s = _sampling.support(z, legal, params.temperature, params.top_k, params.top_p, params.min_p)
+  return _sampling.probabilities(s, params.temperature), s.greedy, s.flags
+
+
 @functools.partial(jax.jit, static_argnames=["purpose", "vocab_size"])
 def masked_sample_reference(logits, mask, mask_enabled, params: SamplingParams, seed, position,
                             *, purpose: int = 0, vocab_size: int):
