@@ -1,0 +1,36 @@
+"""Host-side constraint layer: vocabularies, constraint specs, compile cache, sessions, masks.
+
+Pure host code (numpy + xgrammar through `_xgr`); never imports jax, torch or transformers.
+
+  from infernix_jax import constrain as ic
+  vocab = ic.Vocabulary.from_tokenizer_json(path)
+  compiled = ic.ConstraintCompiler(vocab).compile(ic.OutputConstraint.json_schema(text))
+  session = compiled.new_session()
+"""
+
+from infernix_jax.constrain.errors import (
+    ChoiceError,
+    ConstraintError,
+    FeatureConflictError,
+    GrammarSyntaxError,
+    PrefixError,
+    RegexError,
+    SchemaError,
+    TokenReferenceError,
+    UnsupportedSchemaError,
+)
+from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
+
+__all__ = [
+    "ChoiceError",
+    "ConstraintError",
+    "FeatureConflictError",
+    "GrammarSyntaxError",
+    "PrefixError",
+    "RegexError",
+    "SchemaError",
+    "TokenReferenceError",
+    "UnsupportedSchemaError",
+    "Vocabulary",
+    "smollm2_gguf_path",
+]

@@ -1,0 +1,153 @@
+"""The one module that imports xgrammar: torch-free import, tokenizer index, compile, matchers.
+
+xgrammar 0.2.8 imports torch (``matcher.py``: ``torch.int32`` as the bitmask dtype) and
+transformers (``tokenizer_info.py``: HF tokenizer classes for ``from_huggingface``) at import
+time, and its FFI layer ``tvm_ffi`` tries ``import torch`` inside ``try``. We import it with a
+meta-path blocker that is active only for the duration of that import:
+
+  * ``tvm_ffi`` is imported first while ``torch``/``transformers`` raise ImportError, which its
+    guarded imports handle (it then exchanges arrays through the DLPack protocol only);
+  * xgrammar itself is imported with inert stand-in modules for ``torch`` and ``transformers``
+    placed in ``sys.modules``; they are removed again right after, so a later real ``import
+    torch`` (tests use it as an oracle) is unaffected.
+
+What breaks without them (we use none of it): ``xgrammar.allocate_token_bitmask``,
+``apply_token_bitmask_inplace``, ``xgrammar.testing``'s tensor helpers, ``TokenizerInfo.
+from_huggingface`` and ``xgrammar.contrib.hf``. What we use works on numpy through DLPack:
+``TokenizerInfo(...)``, ``GrammarCompiler``, ``GrammarMatcher`` (accept/rollback/fill/
+jump-forward/fork) and ``BatchGrammarMatcher.batch_fill_next_token_bitmask``. If torch is
+already imported when we load, the real module is used and nothing is stubbed for it.
+
+Nothing outside this module may import xgrammar; no xgrammar type leaves the constrain
+package's private modules.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+import threading
+import types
+from typing import Any
+
+import numpy as np
+
+_BLOCKED = ("torch", "transformers")
+
+
+class _Blocker(importlib.abc.MetaPathFinder):
+  """Makes ``import torch`` / ``import transformers`` fail while it sits on sys.meta_path."""
+
+  def find_spec(self, name, path=None, target=None):  # noqa: D102 (importlib protocol)
+    if name.partition(".")[0] in _BLOCKED:
+      raise ImportError(f"{name} is blocked while infernix_jax imports xgrammar")
+    return None
+
+
+class _InertModule(types.ModuleType):
+  """A stand-in module: any attribute is a do-nothing class (enough for import-time use)."""
+
+  def __getattr__(self, attr: str) -> Any:
+    if attr.startswith("__"):
+      raise AttributeError(attr)
+    cls = type(attr, (), {"__init__": lambda self, *a, **k: None,
+                          "__module__": self.__name__})
+    setattr(self, attr, cls)
+    return cls
+
+
+_import_lock = threading.Lock()
+
+
+def _import_xgrammar():
+  with _import_lock:
+    if "xgrammar" in sys.modules:
+      return sys.modules["xgrammar"]
+    blocker = _Blocker()
+    sys.meta_path.insert(0, blocker)
+    stubs: dict[str, types.ModuleType] = {}
+    try:
+      import tvm_ffi  # noqa: F401  (guarded torch import -> ImportError -> DLPack-only)
+      for name in _BLOCKED:
+        if name not in sys.modules:
+          stubs[name] = sys.modules[name] = _InertModule(name)
+      import xgrammar
+    finally:
+      sys.meta_path.remove(blocker)
+      for name, mod in stubs.items():
+        if sys.modules.get(name) is mod:
+          del sys.modules[name]
+    return xgrammar
+
+
+xgr = _import_xgrammar()
+from xgrammar._version import __version__ as VERSION  # noqa: E402  (pinned: 0.2.8)
+
+
+def tokenizer_info(vocab) -> Any:
+  """xgrammar's TokenizerInfo for ``vocab``, built once per vocabulary (thread-safe, lazy).
+
+  Facts are passed explicitly: RAW vocabulary type with the exact bytes we decoded, the EOS
+  ids as stop tokens, and every control/unused id as an empty token so that it can never
+  match text (a control token and an ordinary token with the same spelling stay distinct).
+  ``vocab_size`` is the tokenizer's V (the mask width), never the logits' padded width.
+  """
+
+  def build():
+    from infernix_jax.constrain.vocab import ORDINARY
+
+    ordinary = vocab.token_class == ORDINARY
+    encoded = [b if ordinary[i] else b"" for i, b in enumerate(vocab.token_bytes)]
+    return xgr.TokenizerInfo(encoded, xgr.VocabType.RAW, vocab_size=vocab.size,
+                             stop_token_ids=list(vocab.eos_ids), add_prefix_space=False)
+
+  return vocab.lazy("xgrammar.TokenizerInfo", build)
+
+
+def grammar_compiler(vocab) -> Any:
+  """The xgrammar GrammarCompiler for ``vocab`` (one per vocabulary; its own cache disabled)."""
+  return vocab.lazy(
+      "xgrammar.GrammarCompiler",
+      lambda: xgr.GrammarCompiler(tokenizer_info(vocab), max_threads=1, cache_enabled=False))
+
+
+def compile_grammar(vocab, ebnf: str) -> Any:
+  """Compiles GBNF/EBNF text (entry rule ``root``)."""
+  return grammar_compiler(vocab).compile_grammar(ebnf, root_rule_name="root")
+
+
+def compile_json_schema(vocab, schema: str, *, max_whitespace: int, strict: bool = False) -> Any:
+  """Compiles a JSON Schema; whitespace between tokens in runs of at most ``max_whitespace``."""
+  return grammar_compiler(vocab).compile_json_schema(
+      schema, any_whitespace=True, max_whitespace_cnt=max_whitespace, strict_mode=strict)
+
+
+def compile_regex(vocab, pattern: str) -> Any:
+  """Compiles a whole-content regex."""
+  return grammar_compiler(vocab).compile_regex(pattern)
+
+
+def compiled_memory_bytes(compiled: Any) -> int:
+  """Bytes the compiled grammar holds (for the cache's byte budget)."""
+  return int(compiled.memory_size_bytes)
+
+
+def new_matcher(compiled: Any) -> Any:
+  """A fresh GrammarMatcher (one per session, never shared)."""
+  return xgr.GrammarMatcher(compiled)
+
+
+def batch_matcher(max_threads: int = 2) -> Any:
+  """A BatchGrammarMatcher filling many matchers' masks with ``max_threads`` threads."""
+  return xgr.BatchGrammarMatcher(max_threads)
+
+
+def check_buffer(buf: np.ndarray, words: int) -> None:
+  """Raises ValueError unless ``buf`` is a C-contiguous writable int32 numpy array [..., words]."""
+  if not isinstance(buf, np.ndarray):
+    raise ValueError(f"mask buffer must be a numpy array, got {type(buf).__name__}")
+  if buf.dtype != np.int32 or not buf.flags.c_contiguous or not buf.flags.writeable:
+    raise ValueError(f"mask buffer must be C-contiguous writable int32, got {buf.dtype} "
+                     f"contiguous={buf.flags.c_contiguous} writeable={buf.flags.writeable}")
+  if buf.shape[-1] != words:
+    raise ValueError(f"mask buffer last axis {buf.shape[-1]} must be W={words}")
