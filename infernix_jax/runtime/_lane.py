@@ -1,0 +1,75 @@
+"""One active request in a lane: its session, drafter state, committed output and stats."""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import time
+from typing import Any
+
+from infernix_jax.runtime.errors import GenerationError
+from infernix_jax.runtime.types import (ConstraintReport, FinishReason, GenerationRequest,
+                                        GenerationResult, RoundStat, TokenEvent)
+
+
+@dataclasses.dataclass
+class Lane:
+  """Host state of one admitted request (the lane index may change between requests only)."""
+
+  request: GenerationRequest
+  session: Any  # OutputSession or None (unconstrained)
+  report: ConstraintReport | None
+  draft_state: Any  # the drafter's per-request host state
+  vocab: Any
+  t_start: float = dataclasses.field(default_factory=time.perf_counter)
+  output: list[int] = dataclasses.field(default_factory=list)
+  rounds: list[RoundStat] = dataclasses.field(default_factory=list)
+  text_parts: list[str] = dataclasses.field(default_factory=list)
+  cancelled: bool = False
+  finish: FinishReason | None = None
+  error: GenerationError | None = None
+
+  def __post_init__(self):
+    self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+  @property
+  def constrained(self) -> bool:
+    return self.session is not None
+
+  @property
+  def remaining(self) -> int:
+    return self.request.max_tokens - len(self.output)
+
+  def publish(self, tokens: list[int], final: bool) -> None:
+    """Appends committed tokens (EOS excluded) and streams them."""
+    self.output.extend(tokens)
+    text = self._utf8.decode(self.vocab.decode(tokens), final=final) if tokens or final else ""
+    self.text_parts.append(text)
+    if self.request.on_token is not None and (tokens or final):
+      self.request.on_token(TokenEvent(self.request.request_id, tuple(tokens), text, final))
+
+  def check_stop_strings(self) -> bool:
+    """Unconstrained rows: truncates the text at the first extra stop string, if any."""
+    if not self.request.stop:
+      return False
+    text = "".join(self.text_parts)
+    hits = [text.find(s) for s in self.request.stop if s and s in text]
+    if not hits:
+      return False
+    self.text_parts = [text[:min(hits)]]
+    return True
+
+  def result(self) -> GenerationResult:
+    """The final result (after `finish` is set)."""
+    report = self.report
+    if report is not None and self.session is not None:
+      report.complete = bool(getattr(self.session, "complete", False))
+      report.terminated = bool(getattr(self.session, "terminated", False))
+      report.branch = str(getattr(self.session, "branch", report.branch))
+    err = self.error
+    return GenerationResult(
+        request_id=self.request.request_id, token_ids=list(self.output),
+        text="".join(self.text_parts), finish_reason=self.finish or FinishReason.ERROR,
+        prompt_tokens=len(self.request.prompt_ids), error=str(err) if err else None,
+        error_kind=err.kind if err else None, constraint=report, rounds=list(self.rounds),
+        wall_seconds=time.perf_counter() - self.t_start)

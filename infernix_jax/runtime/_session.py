@@ -1,0 +1,74 @@
+"""The one place that turns a request into its OutputSession (content constraint; tools later)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from infernix_jax.constrain.errors import FeatureConflictError
+from infernix_jax.runtime.types import ConstraintReport, GenerationRequest
+
+
+def constraint_kind(spec: Any) -> str:
+  """A short name for an OutputConstraint (grammar / json_schema / ...)."""
+  kind = getattr(spec, "kind", None)
+  if kind is None:
+    return type(spec).__name__
+  return getattr(kind, "value", None) or getattr(kind, "name", None) or str(kind)
+
+
+def check_request(request: GenerationRequest) -> None:
+  """Rejects feature combinations before anything is queued.
+
+  Raises:
+    FeatureConflictError: extra stop strings together with a constraint or tools (constrained
+      output ends through the grammar's own EOS rule).
+    ValueError: an invalid field (max_tokens, sampling, empty prompt).
+  """
+  request.sampling.validate()
+  if request.max_tokens < 1:
+    raise ValueError(f"max_tokens={request.max_tokens} must be >= 1")
+  if not request.prompt_ids:
+    raise ValueError("the prompt is empty: give at least one token")
+  constrained = request.constraint is not None or request.tools is not None
+  if constrained and request.stop:
+    raise FeatureConflictError(
+        "extra stop strings cannot be combined with an output constraint: a constrained "
+        "output ends when the grammar accepts EOS; drop the stop strings or the constraint")
+
+
+def build_session(request: GenerationRequest, compiler: Any):
+  """Compiles the request's constraint (cache) and opens its OutputSession.
+
+  Args:
+    request: the request; `constraint` None and `tools` None means unconstrained.
+    compiler: an `infernix_jax.constrain.ConstraintCompiler` for the engine's vocabulary.
+
+  Returns:
+    (session or None, ConstraintReport or None).
+
+  Raises:
+    ConstraintError: the constraint is invalid or unsupported (user error, nothing queued).
+  """
+  if request.tools is not None:
+    raise FeatureConflictError("tool constraints are not wired into this engine yet")
+  if request.constraint is None:
+    return None, None
+  t0 = time.perf_counter()
+  compiled = compiler.compile(request.constraint)
+  seconds = time.perf_counter() - t0
+  session = compiled.new_session()
+  report = ConstraintReport(kind=constraint_kind(request.constraint))
+  report.cache = _cache_status(compiled, compiler)
+  report.compile_seconds = float(getattr(compiled, "compile_seconds", None) or seconds)
+  return session, report
+
+
+def _cache_status(compiled: Any, compiler: Any) -> str:
+  """hit / built / waited, from whatever the compiler records."""
+  for name in ("cache_status", "cache_result", "status"):
+    value = getattr(compiled, name, None)
+    if value is not None:
+      return str(getattr(value, "value", value))
+  last = getattr(compiler, "last_status", None)
+  return str(getattr(last, "value", last)) if last is not None else "unknown"

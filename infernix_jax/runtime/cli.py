@@ -1,0 +1,249 @@
+"""`infernix-jax generate`: constrained speculative generation from the command line.
+
+With no flags it runs the main job: a JSON Schema-constrained reply of the embedded
+SmolLM2-135M-Instruct with n-gram drafting plus grammar jump-forward, printing the output
+and the acceptance statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+DEMO_PROMPT = ("Describe France as a JSON object with its name, capital city, population in "
+               "millions, and up to three official languages.")
+DEMO_SCHEMA = json.dumps({
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "capital": {"type": "string"},
+        "population_millions": {"type": "number"},
+        "languages": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    },
+    "required": ["name", "capital", "population_millions", "languages"],
+    "additionalProperties": False,
+})
+
+flags.DEFINE_string("prompt", None, "Prompt text (default: the main job's built-in prompt "
+                    "and JSON Schema).")
+flags.DEFINE_boolean("chat", True, "Render the prompt as a user turn with the model's chat "
+                     "template (--nochat: raw text continuation).")
+flags.DEFINE_string("system", None, "Optional system message (with --chat).")
+flags.DEFINE_string("model", None, "A local HF directory or GGUF file (default: the embedded "
+                    "SmolLM2-135M-Instruct).")
+flags.DEFINE_string("drafter", "ngram", "none | ngram | jump | draft | mtp | dflash | dflash2.")
+flags.DEFINE_integer("k", 4, "Draft length K (drafts per round).")
+flags.DEFINE_integer("ngram-n", 3, "Longest n-gram of the n-gram drafter.")
+flags.DEFINE_boolean("jump-forward", None, "Add grammar jump-forward drafts (default: on when "
+                     "a constraint is given and the drafter is not 'none').")
+flags.DEFINE_boolean("masked-q", True, "Mask sampling drafters' q with the grammar (ablation).")
+flags.DEFINE_string("draft-model", None, "Draft model (HF directory or GGUF) for --drafter=draft.")
+flags.DEFINE_float("temperature", 0.0, "Sampling temperature (0 = greedy).")
+flags.DEFINE_integer("top-k", 0, "Top-k over legal tokens (0 = off).")
+flags.DEFINE_float("top-p", 1.0, "Top-p (1 = off).")
+flags.DEFINE_float("min-p", 0.0, "Min-p (0 = off).")
+flags.DEFINE_integer("seed", 0, "Sampling seed.")
+flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
+flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")
+flags.DEFINE_boolean("json-object", False, "Constrain the output to a JSON object.")
+flags.DEFINE_string("grammar-file", None, "Constrain the output to this GBNF grammar (root).")
+flags.DEFINE_string("regex", None, "Constrain the output to match this regex (whole output).")
+flags.DEFINE_multi_string("choice", None, "Constrain the output to one of these strings "
+                          "(repeat the flag).")
+flags.DEFINE_boolean("unconstrained", False, "Run the built-in prompt without a constraint.")
+flags.DEFINE_multi_string("stop", None, "Extra stop strings (unconstrained output only).")
+flags.DEFINE_string("bridge", "stages", "Host bridge: stages | callback.")
+flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
+flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
+flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
+
+
+class UsageError(ValueError):
+  """Conflicting or invalid command-line flags."""
+
+
+def _constraint_flags_given() -> bool:
+  f = FLAGS
+  return bool(f["json-schema-file"].value or f["json-object"].value or f["grammar-file"].value
+              or f.regex is not None or f.choice)
+
+
+def _validate() -> None:
+  f = FLAGS
+  if f.k < 0:
+    raise UsageError(f"--k={f.k} must be >= 0")
+  if f["max-tokens"].value < 1:
+    raise UsageError(f"--max-tokens={f['max-tokens'].value} must be >= 1")
+  if f.temperature < 0:
+    raise UsageError(f"--temperature={f.temperature} must be >= 0")
+  if not 0 < f["top-p"].value <= 1:
+    raise UsageError(f"--top-p={f['top-p'].value} must be in (0, 1]")
+  if not 0 <= f["min-p"].value <= 1:
+    raise UsageError(f"--min-p={f['min-p'].value} must be in [0, 1]")
+  if f["top-k"].value < 0:
+    raise UsageError(f"--top-k={f['top-k'].value} must be >= 0")
+  if f.bridge not in ("stages", "callback"):
+    raise UsageError(f"--bridge={f.bridge!r} must be stages or callback")
+  if f.unconstrained and _constraint_flags_given():
+    raise UsageError("--unconstrained conflicts with the constraint flags; drop one")
+  if f["draft-model"].value and f.drafter != "draft":
+    raise UsageError("--draft-model needs --drafter=draft")
+  if f.drafter == "draft" and not f["draft-model"].value:
+    raise UsageError("--drafter=draft needs --draft-model=PATH (an HF directory or GGUF file)")
+
+
+def _load(path):
+  from pathlib import Path
+
+  from infernix_jax import models as im
+  dtype = FLAGS.dtype
+  if path is None:
+    return im.load_default(dtype=dtype)
+  p = Path(path)
+  if p.is_dir():
+    if (p / "infernix_model.json").exists():
+      return im.load_checkpoint(p)
+    return im.load_hf_dir(p, dtype=dtype)
+  if p.is_file() and p.suffix == ".gguf":
+    return im.load_gguf(p, dtype=dtype)
+  raise FileNotFoundError(f"--model={path}: expected an HF directory or a .gguf file")
+
+
+def _vocabulary(source):
+  from infernix_jax import constrain as ic
+  if str(source).endswith(".gguf"):
+    return ic.Vocabulary.from_gguf(source)
+  return ic.Vocabulary.from_tokenizer_json(source)
+
+
+def generate() -> dict:
+  """Runs one generation from the flags; returns the result dict (also printed)."""
+  from infernix_jax import models as im
+  from infernix_jax.runtime import _build
+  from infernix_jax.runtime.engine import Engine
+  from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
+
+  f = FLAGS
+  _validate()
+  demo = f.prompt is None and not _constraint_flags_given() and not f.unconstrained
+  constraint = _build.make_constraint(
+      json_schema_file=f["json-schema-file"].value, json_object=f["json-object"].value,
+      grammar_file=f["grammar-file"].value, regex=f.regex, choices=f.choice,
+      json_schema_text=DEMO_SCHEMA if demo else None)
+  jump = f["jump-forward"].value
+  if jump is None:
+    jump = constraint is not None and f.drafter != "none"
+  sampling = SamplingOptions(temperature=f.temperature, top_k=f["top-k"].value,
+                             top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed)
+  sampling.validate()
+  t0 = time.perf_counter()
+  cfg, model, source = _load(f.model)
+  if source is None:
+    raise FileNotFoundError(f"--model={f.model}: no tokenizer found beside the weights")
+  tok = im.load_tokenizer(source)
+  vocab = _vocabulary(source)
+  draft = _load(f["draft-model"].value) if f["draft-model"].value else None
+  drafter = _build.make_drafter(f.drafter, k=f.k, ngram_n=f["ngram-n"].value,
+                                jump_forward=jump, target=(cfg, model),
+                                draft_model=draft[:2] if draft else None,
+                                draft_sampling=f.temperature > 0, seed=f.seed)
+  prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
+  if f.chat:
+    messages = ([{"role": "system", "content": f.system}] if f.system else []) + [
+        {"role": "user", "content": prompt}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+  ids = tok.encode(prompt)
+  load_s = time.perf_counter() - t0
+  capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
+  engine = Engine(model, vocab, drafter, lanes=1, capacity=capacity, bridge=f.bridge,
+                  masked_q=f["masked-q"].value, cfg=cfg)
+
+  def stream(event):
+    if f.stream and event.text:
+      sys.stdout.write(event.text)
+      sys.stdout.flush()
+
+  request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
+                              sampling=sampling, constraint=constraint,
+                              stop=tuple(f.stop or ()), on_token=stream)
+  result = engine.generate([request])[0]
+  if f.stream:
+    sys.stdout.write("\n")
+  else:
+    print(result.text)
+  out = result.to_dict()
+  out["drafter"] = drafter.name
+  out["k"] = drafter.k
+  out["bridge"] = f.bridge
+  out["load_seconds"] = load_s
+  _print_stats(result, drafter, out)
+  if demo:
+    _check_demo(result, out)
+  if f["json-out"].value:
+    with open(f["json-out"].value, "w", encoding="utf-8") as fh:
+      json.dump(out, fh, indent=1)
+  return out
+
+
+def _print_stats(result, drafter, out) -> None:
+  s = out["stats"]
+  print(f"--- finish={result.finish_reason.value} tokens={len(result.token_ids)} "
+        f"rounds={s['rounds']} drafter={drafter.name} K={drafter.k}")
+  print(f"--- accepted length={s['accepted_length']:.2f} tokens/round, acceptance="
+        f"{s['acceptance_rate']:.2f} ({s['accepted']}/{s['drafted']} drafts), "
+        f"{s['tokens_per_second']:.1f} tokens/s")
+  if result.constraint is not None:
+    c = result.constraint
+    print(f"--- constraint={c.kind} complete={c.complete} terminated={c.terminated} "
+          f"cache={c.cache} jump-forward drafts={c.jump_forward_tokens} mask positions="
+          f"{c.mask_positions} host s: compile={c.compile_seconds:.3f} lookahead="
+          f"{c.lookahead_seconds:.3f} accept={c.accept_seconds:.3f}")
+  if result.error:
+    print(f"--- error ({result.error_kind}): {result.error}")
+
+
+def _check_demo(result, out) -> None:
+  try:
+    value = json.loads(result.text)
+  except json.JSONDecodeError as e:
+    print(f"--- output is not complete JSON ({e.msg}); finish={result.finish_reason.value}")
+    return
+  try:
+    import jsonschema  # optional (test extra)
+  except ImportError:
+    print("--- output parses as JSON")
+    return
+  jsonschema.validate(value, json.loads(DEMO_SCHEMA))
+  out["schema_valid"] = True
+  print("--- output validates against the JSON Schema (jsonschema)")
+
+
+def main(argv) -> int:
+  """absl entry point: `generate` is the only command."""
+  args = argv[1:]
+  if args != ["generate"]:
+    print(f"error: expected the command 'generate', got {' '.join(args) or 'nothing'} "
+          f"(usage: infernix-jax generate [--flags])", file=sys.stderr)
+    return 2
+  from infernix_jax.constrain.errors import ConstraintError
+  from infernix_jax.runtime.errors import CapacityError
+  try:
+    generate()
+  except (UsageError, ConstraintError, CapacityError, FileNotFoundError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def run() -> None:
+  """Console-script entry (`infernix-jax`)."""
+  app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+  run()

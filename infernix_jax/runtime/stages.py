@@ -1,0 +1,134 @@
+"""The jitted stages of one decode round: Forward (draft + verify) and Finish (accept).
+
+Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, Vm logits width,
+W mask words, D model width, T prompt length, S cache capacity.
+
+Both stages are module-level `jax.jit` functions over `(graphdef, state)` of the target with
+the KV cache (and the device drafter's state) donated; everything that changes between
+rounds is a traced argument, so each engine compiles each stage once.
+"""
+
+from __future__ import annotations
+
+import functools
+import jax
+import jax.numpy as jnp
+
+from infernix_jax.runtime import _deps
+
+__all__ = ["finish_core", "finish_stage", "forward_core", "forward_stage", "insert_row",
+           "prefill_row", "update_stage"]
+
+
+def forward_core(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host,
+                 seed, position, drafter, dparams, dstate):
+  """Traced body of the Forward stage (shared by the `stages` and `callback` bridges).
+
+  Args:
+    graphdef: the target's static graph (from `nnx.split`).
+    state: the target's parameters.
+    cache: the target KVCache (donated by the jitted wrappers).
+    lengths: committed KV length per lane, i32[B] (commit / rollback = these values).
+    anchor: the last committed token per lane, not yet in the cache, i32[B].
+    host_drafts: drafts proposed on the host (n-gram, jump-forward), i32[B, K].
+    host_n: how many of host_drafts are real per lane, i32[B].
+    use_host: lanes whose drafts come from the host even with a device drafter, bool[B].
+    seed: u32[B] request seeds; position: i32[B] logical output position (sampling drafters
+      draw from counter-based keys of both, so drafts are independent across requests).
+    drafter: the static drafter (its `device_propose` is traced here when it has one).
+    dparams: the device drafter's parameters (a pytree; None for host drafters).
+    dstate: the device drafter's state (a pytree; donated).
+
+  Returns:
+    (drafts i32[B, K], n_drafts i32[B], q, logits f32[B, P, Vm], hidden [B, P, D], cache,
+    dstate), q in the pallas q types (OneHotQ / SparseQ / DenseQ).
+  """
+  cache = cache.with_lengths(lengths)
+  if drafter.device:
+    drafts, n_drafts, q, dstate = drafter.device_propose(dparams, dstate, anchor, lengths,
+                                                         host_drafts, use_host, seed, position)
+    drafts = jnp.where(use_host[:, None], host_drafts, drafts)  # [B, K]
+    n_drafts = jnp.where(use_host, host_n, n_drafts)
+    q = drafter.host_rows_one_hot(q, host_drafts, use_host)
+  else:
+    drafts, n_drafts, q = host_drafts, host_n, _deps.onehot_q()
+  tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
+  logits, hidden, cache = _deps.verify(graphdef, state, cache, tokens)
+  return drafts, n_drafts, q, logits, hidden, cache, dstate
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "drafter"),
+                   donate_argnames=("cache", "dstate"))
+def forward_stage(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host, seed,
+                  position, *, drafter, dparams, dstate):
+  """Forward stage: drafter proposal, then the target verify over [anchor, drafts]."""
+  return forward_core(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host,
+                      seed, position, drafter, dparams, dstate)
+
+
+def finish_core(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,
+                position, vocab_size: int):
+  """Traced body of the Finish stage: masked sampling transforms + acceptance with real q.
+
+  Args:
+    logits: f32[B, P, Vm] from Forward.
+    mask: packed legal sets i32[B, P, W] (ignored for disabled rows).
+    mask_enabled: bool[B], False for unconstrained rows (no all-ones mask exists).
+    states: int8[B, P] READY / DEAD_END / UNREACHABLE per position.
+    drafts: i32[B, K]; n_drafts: i32[B] real extent per row.
+    q: the distribution that really produced the drafts (pallas OneHotQ/SparseQ/DenseQ).
+    params: pallas SamplingParams, per row.
+    seed: u32[B]; position: i32[B] logical position of the row's first produced token.
+    vocab_size: V, the tokenizer size (ids >= V are never produced).
+
+  Returns:
+    (accepted i32[B], tokens i32[B, P], flags i32[B]) as pallas `spec_accept`.
+  """
+  out = _deps.spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
+                          seed, position, vocab_size=vocab_size)
+  return out.accepted, out.tokens, out.flags
+
+
+@functools.partial(jax.jit, static_argnames=("vocab_size",))
+def finish_stage(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,
+                 position, *, vocab_size: int):
+  """Finish stage (jitted): see `finish_core`."""
+  return finish_core(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,
+                     position, vocab_size)
+
+
+@functools.partial(jax.jit, static_argnames=("drafter",), donate_argnames=("dstate",))
+def update_stage(dparams, dstate, hidden, accepted, *, drafter):
+  """Device drafter state after a commit (e.g. MTP/DFlash keep the last target hidden)."""
+  return drafter.device_update(dparams, dstate, hidden, accepted)
+
+
+@functools.partial(jax.jit, donate_argnames=("cache",))
+def insert_row(cache, row_cache, lane):
+  """Copies a one-row cache (a freshly prefilled prompt) into lane `lane` of the batch cache."""
+  k = jax.lax.dynamic_update_slice_in_dim(cache.k, row_cache.k.astype(cache.k.dtype), lane, 1)
+  v = jax.lax.dynamic_update_slice_in_dim(cache.v, row_cache.v.astype(cache.v.dtype), lane, 1)
+  lengths = jax.lax.dynamic_update_slice_in_dim(cache.lengths, row_cache.lengths, lane, 0)
+  return type(cache)(k=k, v=v, lengths=lengths)
+
+
+def prefill_row(graphdef, state, row_cache, tokens, length):
+  """Prefills one prompt into a one-row cache.
+
+  Args:
+    tokens: i32[1, T] (T a padded bucket); length: real prompt tokens, i32[1].
+
+  Returns:
+    (hidden [1, T, D], row cache with lengths advanced by length).
+  """
+  _, hidden, row_cache = _deps.prefill(graphdef, state, row_cache, tokens, length)
+  return hidden, row_cache
+
+
+def bucket(n: int, minimum: int = 16) -> int:
+  """The padded length for n prompt tokens: powers of two (few compiles)."""
+  size = minimum
+  while size < n:
+    size *= 2
+  return size
+

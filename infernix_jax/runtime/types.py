@@ -1,0 +1,180 @@
+"""Request and result types of the engine (DESIGN.md section 8)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+from typing import Any, Callable, Sequence
+
+__all__ = [
+    "ConstraintReport",
+    "FinishReason",
+    "GenerationRequest",
+    "GenerationResult",
+    "RoundStat",
+    "SamplingOptions",
+    "TokenEvent",
+]
+
+_IDS = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingOptions:
+  """Per-request sampling settings (the target distribution of DESIGN.md section 5)."""
+
+  temperature: float = 0.0  # 0 = greedy (argmax over the legal set, ties to the smaller id)
+  top_k: int = 0  # 0 = off; chosen over LEGAL tokens only
+  top_p: float = 1.0  # 1 = off
+  min_p: float = 0.0  # 0 = off
+  presence_penalty: float = 0.0
+  frequency_penalty: float = 0.0
+  seed: int = 0  # counter-based stream: (seed, logical position, purpose)
+
+  def validate(self) -> None:
+    """Raises ValueError naming the first invalid field."""
+    if not self.temperature >= 0:
+      raise ValueError(f"temperature={self.temperature} must be >= 0")
+    if self.top_k < 0:
+      raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off)")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+    if not 0 <= self.min_p <= 1:
+      raise ValueError(f"min_p={self.min_p} must be in [0, 1]")
+    if not 0 <= self.seed < 2**32:
+      raise ValueError(f"seed={self.seed} must be in [0, 2**32)")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenEvent:
+  """One streaming event: the tokens a round committed for one request."""
+
+  request_id: str
+  token_ids: tuple[int, ...]  # committed this round (EOS excluded)
+  text: str  # the newly complete UTF-8 text of those tokens
+  finished: bool
+
+
+@dataclasses.dataclass
+class GenerationRequest:
+  """One generation request.
+
+  The output constraint lives here (`constraint`, an `OutputConstraint`), next to room for
+  the tool-call path (`tools`, `tool_choice`, filled by the framing layer); the engine builds
+  every OutputSession from a request in one place (`runtime/_session.py`).
+  """
+
+  prompt_ids: Sequence[int]
+  max_tokens: int = 256
+  sampling: SamplingOptions = SamplingOptions()
+  constraint: Any = None  # infernix_jax.constrain.OutputConstraint or None
+  tools: Any = None  # tool definitions (issue 7); None = no tools
+  tool_choice: Any = None  # tool policy (issue 7)
+  stop: tuple[str, ...] = ()  # extra stop strings; rejected together with a constraint
+  request_id: str = ""
+  on_token: Callable[[TokenEvent], None] | None = None  # streaming callback
+
+  def __post_init__(self):
+    if not self.request_id:
+      self.request_id = f"req-{next(_IDS)}"
+    self.prompt_ids = tuple(int(t) for t in self.prompt_ids)
+    self.stop = tuple(self.stop)
+
+
+class FinishReason(str, enum.Enum):
+  """Why a request ended."""
+
+  STOP = "stop"  # EOS accepted (a constrained request: terminated)
+  LENGTH = "length"  # max_tokens reached
+  STOP_STRING = "stop_string"  # an extra stop string appeared (unconstrained only)
+  CANCELLED = "cancelled"
+  ERROR = "error"  # see GenerationResult.error_kind
+
+
+@dataclasses.dataclass
+class RoundStat:
+  """One decode round of one request."""
+
+  drafted: int  # drafts proposed for this row (0 = ordinary decoding)
+  accepted: int  # drafts accepted by verification (the round commits accepted + 1 tokens)
+
+
+@dataclasses.dataclass
+class ConstraintReport:
+  """Constraint state and costs of one request (present when a constraint was active)."""
+
+  kind: str  # grammar / json_object / json_schema / choice / regex
+  branch: str = "content"  # undecided / content / tools
+  complete: bool = False  # the committed output may end now
+  terminated: bool = False  # EOS was accepted
+  cache: str = ""  # compile cache: hit / built / waited
+  mask_positions: int = 0  # positions whose masks were computed (rolled-back work counts)
+  mask_bytes_uploaded: int = 0
+  compile_seconds: float = 0.0
+  lookahead_seconds: float = 0.0  # lookahead + mask filling + masked-q redraws
+  accept_seconds: float = 0.0  # preview + commit / discard
+  jump_forward_tokens: int = 0  # drafts proposed by grammar jump-forward
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class GenerationResult:
+  """The result of one request (DESIGN.md section 8)."""
+
+  request_id: str
+  token_ids: list[int]
+  text: str
+  finish_reason: FinishReason
+  prompt_tokens: int = 0
+  error: str | None = None  # message when finish_reason is ERROR or CANCELLED
+  error_kind: str | None = None  # GenerationError.kind
+  constraint: ConstraintReport | None = None
+  rounds: list[RoundStat] = dataclasses.field(default_factory=list)
+  wall_seconds: float = 0.0  # admission to finish
+
+  @property
+  def drafted(self) -> int:
+    return sum(r.drafted for r in self.rounds)
+
+  @property
+  def accepted(self) -> int:
+    return sum(r.accepted for r in self.rounds)
+
+  @property
+  def accepted_length(self) -> float:
+    """Tokens committed per round (1 = ordinary decoding; the speedup bound)."""
+    return len(self.token_ids) / max(len(self.rounds), 1)
+
+  @property
+  def acceptance_rate(self) -> float:
+    return self.accepted / self.drafted if self.drafted else 0.0
+
+  @property
+  def tokens_per_second(self) -> float:
+    return len(self.token_ids) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+  def to_dict(self) -> dict:
+    """A JSON-ready dict (the CLI's --json-out)."""
+    return {
+        "request_id": self.request_id,
+        "text": self.text,
+        "token_ids": list(self.token_ids),
+        "finish_reason": self.finish_reason.value,
+        "error": self.error,
+        "error_kind": self.error_kind,
+        "prompt_tokens": self.prompt_tokens,
+        "constraint": self.constraint.to_dict() if self.constraint else None,
+        "stats": {
+            "rounds": len(self.rounds),
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "accepted_length": self.accepted_length,
+            "acceptance_rate": self.acceptance_rate,
+            "tokens_per_second": self.tokens_per_second,
+            "wall_seconds": self.wall_seconds,
+            "per_round": [[r.drafted, r.accepted] for r in self.rounds],
+        },
+    }

@@ -1,0 +1,133 @@
+"""Shared test pieces: a tiny peaky random target, a toy vocabulary, and FP64 oracles."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import jax
+import numpy as np
+from flax import nnx
+
+from infernix_jax import models as im
+
+# Toy vocabulary: id 0 is EOS; V = 14 tokenizer ids, the model's logits are wider (Vm = 16).
+TOY_TOKENS = ["<eos>", "a", "b", "c", "ab", "ba", "abc", "ca", "{", "}", "1", "2", "x", "y"]
+TOY_V = len(TOY_TOKENS)
+TOY_VM = 16
+
+
+def toy_vocab():
+  from infernix_jax import constrain as ic
+  return ic.Vocabulary.from_tokens(TOY_TOKENS, eos_ids=[0], padded_size=TOY_VM)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model(seed: int = 0, layers: int = 2, scale: float = 3.0):
+  """A tiny random Llama-style model whose logits are far from uniform.
+
+  Random init (std 0.02) gives near-uniform logits; scaling the embeddings spreads them so
+  acceptance, rejection and bonus paths all occur.
+  """
+  cfg = im.ModelConfig(vocab_size=TOY_VM, dim=32, num_layers=layers, num_heads=4,
+                       num_kv_heads=2, head_dim=8, ffn_dim=64)
+  model = im.Transformer(cfg, rngs=nnx.Rngs(seed))
+  model.embed.value = model.embed.value * scale
+  return cfg, model
+
+
+def full_logits(cfg, model, seqs: list[list[int]]) -> np.ndarray:
+  """FP64 last-position logits of each sequence by a full causal forward (no KV cache)."""
+  graphdef, state = nnx.split(model)
+  out = np.zeros((len(seqs), cfg.vocab_size))
+  for length in sorted({len(s) for s in seqs}):
+    idx = [i for i, s in enumerate(seqs) if len(s) == length]
+    tokens = np.asarray([seqs[i] for i in idx], np.int32)
+    logits, _ = im.forward(graphdef, state, jax.numpy.asarray(tokens))
+    out[idx] = np.asarray(logits[:, -1], np.float64)
+  return out
+
+
+def choice_legal(choices, vocab, out_ids) -> np.ndarray:
+  """Brute-force legal set (bool [V]) after out_ids under a choice constraint."""
+  prefix = b"".join(vocab.token_bytes[t] for t in out_ids)
+  legal = np.zeros(vocab.size, bool)
+  for t in range(vocab.size):
+    if t in vocab.eos_ids:
+      legal[t] = prefix in choices
+    elif t not in vocab.control_ids:
+      cand = prefix + vocab.token_bytes[t]
+      legal[t] = any(c.startswith(cand) for c in choices)
+  return legal
+
+
+def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choices=None):
+  """Exact probabilities of every output of ordinary decoding (FP64 enumeration).
+
+  Returns:
+    dict: output tuple (EOS excluded) -> probability, at temperature > 0; the greedy output
+    when temperature == 0 (a dict with one entry).
+  """
+  eos = set(vocab.eos_ids)
+  frontier = {(): 1.0}
+  final: dict[tuple, float] = {}
+  for _ in range(max_tokens):
+    if not frontier:
+      break
+    keys = list(frontier)
+    logits = full_logits(cfg, model, [list(prompt) + list(k) for k in keys])
+    nxt: dict[tuple, float] = {}
+    for key, z in zip(keys, logits):
+      legal = np.zeros(cfg.vocab_size, bool)
+      legal[:vocab.size] = (choice_legal(choices, vocab, key) if choices is not None
+                            else np.ones(vocab.size, bool))
+      if temperature == 0:
+        z = np.where(legal, z, -np.inf)
+        probs = np.zeros_like(z)
+        probs[int(np.argmax(z))] = 1.0
+      else:
+        z = np.where(legal, z / temperature, -np.inf)
+        probs = np.exp(z - z.max())
+        probs /= probs.sum()
+      for t in np.flatnonzero(probs > 0):
+        pr = frontier[key] * probs[t]
+        if int(t) in eos:
+          final[key] = final.get(key, 0.0) + pr
+        else:
+          nxt[key + (int(t),)] = nxt.get(key + (int(t),), 0.0) + pr
+    frontier = nxt
+  for key, pr in frontier.items():
+    final[key] = final.get(key, 0.0) + pr
+  return final
+
+
+def chi_square_pvalue(expected_probs: dict, samples: list[tuple]) -> float:
+  """Pearson chi-square p-value of samples against exact probabilities (bins pooled to >= 5)."""
+  from scipy import stats
+  n = len(samples)
+  counts: dict[tuple, int] = {}
+  for s in samples:
+    counts[s] = counts.get(s, 0) + 1
+  unknown = [s for s in counts if s not in expected_probs]
+  assert not unknown, f"impossible outputs sampled: {unknown[:3]}"
+  items = sorted(expected_probs.items(), key=lambda kv: -kv[1])
+  obs, exp = [], []
+  pool_o, pool_e = 0, 0.0
+  for key, pr in items:
+    e = pr * n
+    if e >= 5:
+      obs.append(counts.get(key, 0))
+      exp.append(e)
+    else:
+      pool_o += counts.get(key, 0)
+      pool_e += e
+  if pool_e > 0:
+    obs.append(pool_o)
+    exp.append(pool_e)
+  if len(obs) < 2:
+    return 1.0
+  return float(stats.chisquare(obs, np.asarray(exp) * (sum(obs) / sum(exp))).pvalue)
+
+
+def all_outputs(vocab_size: int, length: int):
+  return itertools.product(range(vocab_size), repeat=length)
