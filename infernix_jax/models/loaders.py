@@ -125,3 +125,33 @@ def load_checkpoint(path):
   nnx.replace_by_pure_dict(abstract, restored)
   source = meta.get("vocab_source")
   return cfg, nnx.merge(graphdef, abstract), Path(source) if source else None
+
+
+def save_params(path, module: nnx.Module) -> Path:
+  """Saves any module's parameters (drafter heads, models) as an orbax checkpoint."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  directory = Path(path).absolute()
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(directory, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+  return directory
+
+
+def restore_params(path, build):
+  """Restores parameters saved by `save_params` into a module built by `build()`.
+
+  Args:
+    path: the checkpoint directory.
+    build: zero-argument constructor of the module (e.g.
+      `lambda: MTPHead(cfg, rngs=nnx.Rngs(0))`); it is traced abstractly, never run.
+
+  Returns:
+    The module holding the restored parameters.
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  graphdef, abstract = nnx.split(nnx.eval_shape(build))
+  with ocp.StandardCheckpointer() as checkpointer:
+    restored = checkpointer.restore(Path(path).absolute(), nnx.to_pure_dict(abstract))
+  nnx.replace_by_pure_dict(abstract, restored)
+  return nnx.merge(graphdef, abstract)

@@ -1,0 +1,118 @@
+"""Multi-token-prediction head (DeepSeek-V3 style) as a greedy drafter.
+
+One step: u = W [RMSNorm(h); RMSNorm(Emb(x))] fuses the target's hidden state h that
+predicted token x with x's embedding; one causal decoder layer (with its own KV cache)
+turns u into g; the target's LM head over RMSNorm(g) predicts the token after x. Drafting
+chains it: (g, argmax) feeds the next step. Axis letters: B rows, C context, K drafts, D.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from infernix_jax.models import _layers
+from infernix_jax.models.config import ModelConfig
+from infernix_jax.models.drafters.base import DraftContext, OneHotQ, TargetHead, last_valid
+from infernix_jax.models.kv_cache import KVCache
+from infernix_jax.models.transformer import DecoderLayers, _init, cached_layers
+
+
+class MTPHead(nnx.Module):
+  """Parameters of one MTP module: two input norms, the fusing projection, one layer.
+
+  `cfg` gives the layer's dimensions; its `dim` must equal the target's D (the
+  embedding and LM head are the target's) and `num_layers` is ignored (always 1).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg.replace(num_layers=1)
+    d, dtype = cfg.dim, cfg.jnp_dtype
+    self.hidden_norm = nnx.Param(jnp.ones((d,), dtype))
+    self.embed_norm = nnx.Param(jnp.ones((d,), dtype))
+    self.proj = nnx.Param(_init("proj", (2 * d, d), dtype, rngs.params()))  # [2D, D]
+    self.layers = DecoderLayers(self.cfg, 1, rngs=rngs)
+    self.final_norm = nnx.Param(jnp.ones((d,), dtype))
+
+  def __call__(self, hidden: jax.Array, tokens: jax.Array, head: TargetHead, cache: KVCache):
+    """hidden [B, T, D] (state that predicted tokens), tokens [B, T] -> g [B, T, D], cache."""
+    eps = self.cfg.norm_eps
+    emb = jnp.take(head.embed, tokens, axis=0).astype(hidden.dtype)
+    fused = jnp.concatenate([_layers.rms_norm(hidden, self.hidden_norm[...], eps),
+                             _layers.rms_norm(emb, self.embed_norm[...], eps)], axis=-1)
+    x = fused @ self.proj[...]  # [B, T, D]
+    x, k, v = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v,
+                            cache.lengths)
+    return x, KVCache(k=k, v=v, lengths=cache.lengths)
+
+  def logits(self, g: jax.Array, head: TargetHead) -> jax.Array:
+    """g [..., D] -> f32 logits [..., Vm] through the target's LM head."""
+    return head.logits(_layers.rms_norm(g, self.final_norm[...], self.cfg.norm_eps))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "k"), donate_argnames=("cache",))
+def propose_mtp(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftContext, *, k: int):
+  """Appends the context pairs to the MTP cache, then chains K greedy steps.
+
+  Returns:
+    (ids i32[B, K], cache with lengths advanced by ctx.counts).
+  """
+  mtp = nnx.merge(graphdef, state)
+  g, cache = mtp(ctx.hidden.astype(mtp.cfg.jnp_dtype), ctx.tokens, head, cache)
+  committed = cache.lengths + ctx.counts
+  g = last_valid(g, ctx.counts)  # [B, D]
+  first = jnp.argmax(mtp.logits(g, head), axis=-1).astype(jnp.int32)
+
+  def step(carry, _):
+    g, token, c = carry
+    out, c = mtp(g[:, None], token[:, None], head, c)
+    g = out[:, 0]
+    nxt = jnp.argmax(mtp.logits(g, head), axis=-1).astype(jnp.int32)
+    return (g, nxt, c.with_lengths(c.lengths + 1)), nxt
+
+  (_, _, cache), rest = jax.lax.scan(step, (g, first, cache.with_lengths(committed)), None,
+                                     length=k - 1)
+  ids = jnp.concatenate([first[None], rest], axis=0).T  # [B, K]
+  return ids, cache.with_lengths(committed)
+
+
+@dataclasses.dataclass(frozen=True)
+class MTPDrafter:
+  """Greedy MTP drafting (q one-hot).
+
+  Attributes:
+    graphdef: static graph of the `MTPHead`.
+    state: its parameters.
+    head: the target's embedding and LM head.
+    cfg: the head's layer config.
+    k: K, drafts per call.
+  """
+
+  graphdef: Any
+  state: Any
+  head: TargetHead
+  cfg: ModelConfig
+  k: int
+
+  @classmethod
+  def create(cls, mtp: MTPHead, head: TargetHead, k: int) -> "MTPDrafter":
+    """Wraps MTP weights (random, or restored with `models.restore_params`)."""
+    if head.embed.shape[1] != mtp.cfg.dim:
+      raise ValueError(f"MTP width {mtp.cfg.dim} must equal the target's {head.embed.shape[1]}")
+    graphdef, state = nnx.split(mtp)
+    return cls(graphdef, state, head, mtp.cfg, k)
+
+  def init_state(self, batch: int, capacity: int) -> KVCache:
+    """An empty one-layer KV cache."""
+    return KVCache.init(self.cfg, batch=batch, capacity=capacity)
+
+  def propose(self, dstate: KVCache, ctx: DraftContext, keys: jax.Array | None = None):
+    """See `Drafter.propose`; keys are unused (greedy)."""
+    del keys
+    ids, cache = propose_mtp(self.graphdef, self.state, self.head, dstate, ctx, k=self.k)
+    return ids, OneHotQ(), cache
