@@ -19,10 +19,28 @@ from infernix_jax.constrain.errors import (
     TokenReferenceError,
     UnsupportedSchemaError,
 )
+from infernix_jax.constrain.batch import fill_batch
+from infernix_jax.constrain.compiler import (
+    DEFAULT_CACHE_BYTES,
+    CompiledConstraint,
+    CompileStats,
+    ConstraintCompiler,
+)
+from infernix_jax.constrain.session import OutputSession, PreviewResult
+from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
 
 __all__ = [
+    "DEFAULT_CACHE_BYTES",
     "ChoiceError",
+    "CompileStats",
+    "CompiledConstraint",
+    "ConstraintCompiler",
+    "ConstraintKind",
+    "OutputConstraint",
+    "OutputSession",
+    "PreviewResult",
+    "fill_batch",
     "ConstraintError",
     "FeatureConflictError",
     "GrammarSyntaxError",

@@ -12,13 +12,13 @@ CHILD = textwrap.dedent("""
     import numpy as np
     import infernix_jax
     from infernix_jax import constrain as ic
-    from infernix_jax.constrain import _xgr
     vocab = ic.Vocabulary.from_tokens([b"<eos>", b"{", b"}", b'"a"', b":", b"1", b" "], eos_ids=[0])
-    compiled = _xgr.compile_json_schema(vocab, '{"type": "object"}', max_whitespace=32)
-    matcher = _xgr.new_matcher(compiled)
-    buf = np.zeros((1, vocab.mask_words), np.int32)
-    matcher.fill_next_token_bitmask(buf)
-    first = int(buf[0, 0])
+    compiled = ic.ConstraintCompiler(vocab).compile(ic.OutputConstraint.json_object())
+    session = compiled.new_session()
+    buf = np.zeros((3, vocab.mask_words), np.int32)
+    states = session.lookahead([1, 2], out=buf)
+    session.accept([1, 2, 0])
+    first = int(buf[0, 0]) if list(states) == [0, 0, 0] and session.terminated else -1
     after = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "jax"))
     import torch  # the real one must still import afterwards (the stand-ins are gone)
     print(json.dumps({"mask": first, "loaded": after, "real_torch": hasattr(torch, "zeros")}))
