@@ -152,6 +152,7 @@ class ConstraintCompiler:
     self._alias: dict[tuple, tuple] = {}  # exact-source key -> canonical key
     self._pending: dict[tuple, _Pending] = {}
     self._used = 0
+    self._stats_lock = threading.Lock()
     self._cold = vocab.lazy("constrain.cold_slots", lambda: threading.BoundedSemaphore(max_cold))
 
   # --- public ----------------------------------------------------------------------------------
@@ -200,7 +201,8 @@ class ConstraintCompiler:
     try:
       key = self._canonical_key(constraint)
     except errors.ConstraintError:
-      self.stats.errors += 1
+      with self._stats_lock:
+        self.stats.errors += 1
       raise
     with self._lock:
       if raw is not None:
@@ -216,7 +218,7 @@ class ConstraintCompiler:
     if not owner:
       pending.done.wait()
       if pending.error is not None:
-        with self._lock:
+        with self._stats_lock:
           self.stats.errors += 1
         raise pending.error
       return self._done(pending.entry, "waited", t0)
@@ -226,8 +228,9 @@ class ConstraintCompiler:
     except BaseException as e:
       pending.error = e
       with self._lock:
-        self.stats.errors += 1
         del self._pending[key]
+      with self._stats_lock:
+        self.stats.errors += 1
       pending.done.set()
       raise
     pending.entry = entry
@@ -322,6 +325,11 @@ class ConstraintCompiler:
 
   def _done(self, entry: _Entry, status: str, t0: float) -> CompiledConstraint:
     seconds = time.perf_counter() - t0
+    with self._stats_lock:
+      self._count(status, seconds)
+    return CompiledConstraint(entry, status, seconds)
+
+  def _count(self, status: str, seconds: float) -> None:
     st = self.stats
     if status == "hit":
       st.hits += 1
@@ -332,7 +340,6 @@ class ConstraintCompiler:
     else:
       st.waited += 1
       st.waited_seconds += seconds
-    return CompiledConstraint(entry, status, seconds)
 
 
 def _require_text(kind: ConstraintKind, source: Any) -> None:
