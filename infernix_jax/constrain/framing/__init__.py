@@ -1,0 +1,33 @@
+"""Qwen output framing: thinking boundaries, tool calls, output decoding and chat prompts.
+
+  from infernix_jax.constrain import framing as fr
+  tools = fr.parse_tools(openai_tools_json)
+  prepared = fr.prepare_output(vocab, fr.OutputPhase.THINKING, tools=tools,
+                               choice=fr.ToolChoice.parse("auto"))
+  session = prepared.new_session()   # FramedSession (OutputSession surface) or None
+  ... session.lookahead / preview / commit ...; session.result().tool_calls
+"""
+
+from infernix_jax.constrain.framing._args import Encoding, ParamContract, ToolContract
+from infernix_jax.constrain.framing.chat_template import ChatTemplate
+from infernix_jax.constrain.framing.decoder import (ContentDelta, DecodedOutput, DecodeError,
+                                                    OutputDecoder, ReasoningDelta, ToolCall,
+                                                    ToolCallDelta, ToolCallEnd, ToolCallStart)
+from infernix_jax.constrain.framing.grammar import ContentGrammar, FramedGrammar, build_grammar
+from infernix_jax.constrain.framing.prepare import PreparedOutput, prepare_output
+from infernix_jax.constrain.framing.session import (CompiledFraming, FramedSession,
+                                                    FramingCompiler, NameCompanion)
+from infernix_jax.constrain.framing.thinking import (FORCED_CLOSE, THINK_SEPARATOR, OutputPhase,
+                                                     QwenFraming, phase_of_prompt)
+from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
+                                                  ToolPolicy, parse_tools, resolve_choice)
+
+__all__ = [
+    "ChatTemplate", "CompiledFraming", "ContentDelta", "ContentGrammar", "DecodeError",
+    "DecodedOutput", "Encoding", "FORCED_CLOSE", "FramedGrammar", "FramedSession",
+    "FramingCompiler", "NameCompanion", "OutputDecoder", "OutputPhase", "ParamContract",
+    "PreparedOutput", "QwenFraming", "ReasoningDelta", "THINK_SEPARATOR", "ToolCall",
+    "ToolCallDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "ToolContract",
+    "ToolDefinition", "ToolMode", "ToolPolicy", "build_grammar", "parse_tools",
+    "phase_of_prompt", "prepare_output", "resolve_choice",
+]

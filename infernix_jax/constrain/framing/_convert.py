@@ -1,0 +1,68 @@
+"""Source -> EBNF text conversions for embedding (JSON Schema, regex, GBNF, choice).
+
+The matcher library converts; we only print its grammar and rename the rules. xgrammar is
+reached through `constrain._xgr` (the one module that imports it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from infernix_jax.constrain import _xgr
+from infernix_jax.constrain.errors import (ChoiceError, ConstraintError, GrammarSyntaxError,
+                                           RegexError, UnsupportedSchemaError)
+
+JSON_WHITESPACE_RUN = 32  # insignificant whitespace between JSON tokens (reference 000)
+
+
+def _check_schema(text: str) -> str:
+  """The constraint layer's schema-subset check (canonical text for the matcher library)."""
+  from infernix_jax.constrain import _schema  # the validation half of issue 2
+
+  return _schema.check_json_schema(text, lenient=False).schema_json
+
+
+def json_value_ebnf(schema: Mapping[str, Any] | bool) -> str:
+  """EBNF (entry ``root``) of a strict tool argument value: compact ``, `` / ``: `` separators,
+  no free whitespace, objects closed to their declared properties, declared order."""
+  text = _check_schema(json.dumps(schema))
+  g = _xgr.xgr.Grammar.from_json_schema(text, any_whitespace=False, separators=(", ", ": "),
+                                        strict_mode=True)
+  return str(g)
+
+
+def content_ebnf(constraint) -> tuple[str, bool]:
+  """EBNF (entry ``root``) of an `OutputConstraint` as content, and whether it is JSON.
+
+  The constraint layer's own checkers validate the source first (same errors, same subset).
+  """
+  from infernix_jax.constrain import _choice, _gbnf, _regex, _schema
+  from infernix_jax.constrain.spec import ConstraintKind
+
+  kind = ConstraintKind(constraint.kind)
+  xgr = _xgr.xgr
+  try:
+    if kind == ConstraintKind.GRAMMAR:
+      return str(xgr.Grammar.from_ebnf(_gbnf.check_gbnf(constraint.source))), False
+    if kind == ConstraintKind.REGEX:
+      return str(xgr.Grammar.from_regex(_regex.check_regex(constraint.source))), False
+    if kind == ConstraintKind.CHOICE:
+      values = _choice.canonical_choices(constraint.source)
+      return str(xgr.Grammar.from_ebnf(_choice.choice_gbnf(values))), False
+    if kind == ConstraintKind.JSON_OBJECT:
+      text = _schema.JSON_OBJECT_SCHEMA
+    else:
+      text = _schema.check_json_schema(constraint.source,
+                                       lenient=bool(constraint.lenient)).schema_json
+    g = xgr.Grammar.from_json_schema(text, any_whitespace=True,
+                                     max_whitespace_cnt=int(constraint.max_whitespace),
+                                     strict_mode=False)
+    return str(g), True
+  except ConstraintError:
+    raise
+  except RuntimeError as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise {ConstraintKind.GRAMMAR: GrammarSyntaxError, ConstraintKind.REGEX: RegexError,
+           ConstraintKind.CHOICE: ChoiceError}.get(kind, UnsupportedSchemaError)(
+               f"the content constraint could not be converted: {first}") from None

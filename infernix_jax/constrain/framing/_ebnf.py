@@ -1,0 +1,120 @@
+"""EBNF text helpers: literals, rule renaming for embedded grammars, delimiter-excluding rules."""
+
+from __future__ import annotations
+
+import re
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LHS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*::=", re.MULTILINE)
+
+
+def lit(text: str) -> str:
+  """An EBNF string literal matching ``text`` exactly (UTF-8 characters written directly)."""
+  out = ['"']
+  for ch in text:
+    o = ord(ch)
+    if ch == '"':
+      out.append('\\"')
+    elif ch == "\\":
+      out.append("\\\\")
+    elif ch == "\n":
+      out.append("\\n")
+    elif ch == "\r":
+      out.append("\\r")
+    elif ch == "\t":
+      out.append("\\t")
+    elif o < 0x20 or o == 0x7F:
+      out.append(f"\\u{o:04x}")  # \u takes exactly four digits (\x is greedy)
+    else:
+      out.append(ch)
+  out.append('"')
+  return "".join(out)
+
+
+def char_class_escape(ch: str) -> str:
+  """One character escaped for use inside ``[...]``."""
+  if ch in "\\]^-[":
+    return "\\" + ch
+  if ch == "\n":
+    return "\\n"
+  if ch == "\r":
+    return "\\r"
+  if ch == "\t":
+    return "\\t"
+  if ord(ch) < 0x20 or ord(ch) == 0x7F:
+    return f"\\u{ord(ch):04x}"
+  return ch
+
+
+def rule_names(ebnf: str) -> list[str]:
+  """The names defined (left-hand sides) in an EBNF text, in order."""
+  return _LHS.findall(ebnf)
+
+
+def rename_rules(ebnf: str, prefix: str) -> str:
+  """Prefixes every rule name defined in ``ebnf`` (definitions and references).
+
+  Literals ``"..."``, character classes ``[...]`` and keyword arguments are left untouched,
+  so an embedded grammar (e.g. a JSON Schema converted by the matcher library) can live
+  beside others in one grammar without name clashes. ``root`` becomes ``{prefix}root``.
+  """
+  names = set(rule_names(ebnf))
+  out: list[str] = []
+  i, n = 0, len(ebnf)
+  while i < n:
+    ch = ebnf[i]
+    if ch == '"' or ch == "[":
+      close = '"' if ch == '"' else "]"
+      j = i + 1
+      while j < n and ebnf[j] != close:
+        j += 2 if ebnf[j] == "\\" else 1
+      out.append(ebnf[i:j + 1])
+      i = j + 1
+      continue
+    if ch == "#":  # comment to end of line
+      j = ebnf.find("\n", i)
+      j = n if j < 0 else j
+      i = j
+      continue
+    m = _IDENT.match(ebnf, i)
+    if m and (i == 0 or not (ebnf[i - 1].isalnum() or ebnf[i - 1] == "_")):
+      word = m.group(0)
+      # `name=` inside macro arguments (TagDispatch(loop_after_dispatch=...)) is a keyword.
+      rest = ebnf[m.end():m.end() + 3].lstrip()
+      is_kwarg = rest.startswith("=") and not rest.startswith("=(")
+      out.append(prefix + word if word in names and not is_kwarg else word)
+      i = m.end()
+      continue
+    out.append(ch)
+    i += 1
+  return "".join(out)
+
+
+def until_delimiter_rules(name: str, delimiter: str) -> str:
+  """Rules ``name`` matching ``S + delimiter`` where S does not contain ``delimiter``.
+
+  A KMP automaton over characters, written as one rule per matched-prefix state. It requires
+  that the delimiter's first character occurs nowhere else in it (true for
+  ``"\\n</parameter>"``), so a mismatch falls back to state 1 on that character and to state
+  0 on any other.
+
+  Args:
+    name: the entry rule name (states are ``name``, ``name_s1``, ...).
+    delimiter: the closing string (at least one character).
+  """
+  first = delimiter[0]
+  if first in delimiter[1:]:
+    raise ValueError(f"delimiter {delimiter!r} repeats its first character")
+  states = [name] + [f"{name}_s{k}" for k in range(1, len(delimiter))]
+  lines = []
+  for k, ch in enumerate(delimiter):
+    nxt = f" {states[k + 1]}" if k + 1 < len(delimiter) else ""
+    alts = [f"{lit(ch)}{nxt}"]
+    if k > 0:
+      alts.append(f"{lit(first)} {states[1]}")
+      excl = char_class_escape(first) + char_class_escape(ch)
+    else:
+      excl = char_class_escape(first)
+    alts.append(f"[^{excl}] {states[0]}")
+    lines.append(f"{states[k]} ::= " + " | ".join(f"({a})" for a in alts))
+  return "\n".join(lines)

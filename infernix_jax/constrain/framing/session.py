@@ -1,0 +1,352 @@
+"""Framed sessions: one matcher over the whole output, its decoder and the name companion.
+
+A `FramedSession` wraps the constraint layer's `OutputSession` (same lookahead / preview /
+commit / discard transactions and mask contract) around a framed grammar, and adds:
+
+  * the output decoder, advanced only on commit (a preview decodes on a fork, so a call the
+    decoder cannot read fails in preview, never after the model state moved);
+  * the non-strict argument-name companion: in every lookahead mask and preview it refuses
+    tokens that would complete a parameter name the open call already used;
+  * forced control: `preview_forced_close()` previews the canonical ``\\n</think>\\n\\n``
+    (thinking budget) through the same matcher; commit confirms it with the physical append.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+import threading
+import time
+
+import numpy as np
+
+from infernix_jax import mask_layout
+from infernix_jax.constrain.framing import _args, _compile
+from infernix_jax.constrain.framing.decoder import DecodedOutput, OutputDecoder
+from infernix_jax.constrain.framing.grammar import FramedGrammar
+from infernix_jax.constrain.session import OutputSession, PreviewResult
+
+_PARAM_DELIM = (_args.VALUE_DELIMITER + "\n").encode()  # ends one parameter
+_NAME = re.compile(rb"<parameter=([^<>\n]*)>")
+
+
+class _Entry:
+  """What `OutputSession` reads from a compiled constraint (``_entry.grammar``)."""
+
+  def __init__(self, grammar):
+    self.grammar = grammar
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledFraming:
+  """A compiled framed grammar (shared, immutable) plus this compile call's cache status."""
+  framed: FramedGrammar
+  vocab: object
+  _entry: _Entry
+  cache_status: str
+  compile_seconds: float
+
+  def new_session(self) -> "FramedSession":
+    """A new session (its own matcher, decoder and companion)."""
+    return FramedSession(self)
+
+
+class FramingCompiler:
+  """Compiles framed grammars for one vocabulary, keeping the last ``max_entries`` (LRU)."""
+
+  def __init__(self, vocab, max_entries: int = 64):
+    self.vocab = vocab
+    self.max_entries = max_entries
+    self._lock = threading.Lock()
+    self._cache: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
+
+  def compile(self, framed: FramedGrammar) -> CompiledFraming | None:
+    """The compiled grammar of ``framed`` (None when it constrains nothing)."""
+    if framed.ebnf is None:
+      return None
+    t0 = time.perf_counter()
+    with self._lock:
+      entry = self._cache.get(framed.key)
+      if entry is not None:
+        self._cache.move_to_end(framed.key)
+    status = "hit"
+    if entry is None:
+      entry = _Entry(_compile.compile_framed(self.vocab, framed.ebnf))
+      status = "built"
+      with self._lock:
+        self._cache[framed.key] = entry
+        while len(self._cache) > self.max_entries:
+          self._cache.popitem(last=False)
+    return CompiledFraming(framed, self.vocab, entry, status, time.perf_counter() - t0)
+
+
+class NameCompanion:
+  """Tracks the canonical framing of non-strict calls; refuses repeated parameter names.
+
+  An open name set has no context-free uniqueness rule, so this runs beside the matcher on
+  the same transactions (lookahead on a copy, preview on a fork, commit keeps the fork).
+  """
+
+  def __init__(self, vocab, framing, nonstrict_names):
+    self._bytes = vocab.token_bytes
+    self._f = framing
+    self._nonstrict = frozenset(nonstrict_names)
+    self._candidates = vocab.lazy("framing.tokens_with_gt", lambda: np.array(
+        [i for i, b in enumerate(vocab.token_bytes) if b">" in b and i not in vocab.control_ids],
+        np.int64))
+    self.state = "out"
+    self.head = b""
+    self.tail = b""
+    self.tail_named = False
+    self.seen: set[bytes] = set()
+
+  def copy(self) -> "NameCompanion":
+    c = object.__new__(NameCompanion)
+    c.__dict__.update(self.__dict__)
+    c.seen = set(self.seen)
+    return c
+
+  @property
+  def active(self) -> bool:
+    return self.state == "args"
+
+  def advance(self, token: int) -> None:
+    t = int(token)
+    if t == self._f.tool_open:
+      self.state, self.head = "head", b""
+    elif t == self._f.tool_close or t in self._f.eos_ids:
+      self.state = "out"
+    elif self.state == "head":
+      self.head += self._bytes[t]
+      m = re.match(rb"\n<function=([^<>\n]*)>\n", self.head)
+      if m:
+        rest = self.head[m.end():]
+        name = m.group(1).decode("utf-8", errors="replace")
+        if name in self._nonstrict:
+          self.state, self.tail, self.tail_named, self.seen = "args", b"", False, set()
+          self._args(rest)
+        else:
+          self.state = "strict"
+    elif self.state == "args":
+      self._args(self._bytes[t])
+
+  def _names(self, data: bytes) -> tuple[list[bytes], bytes, bool]:
+    """Names completed in ``tail + data`` (beyond the tail's own), the new tail and its flag."""
+    segs = (self.tail + data).split(_PARAM_DELIM)
+    names = []
+    for k, seg in enumerate(segs):
+      m = _NAME.match(seg)
+      if m and not (k == 0 and self.tail_named):
+        names.append(m.group(1))
+    last = segs[-1]
+    return names, last, bool(_NAME.match(last))
+
+  def _args(self, data: bytes) -> None:
+    names, self.tail, self.tail_named = self._names(data)
+    self.seen.update(names)
+
+  def violates(self, token: int) -> bool:
+    """Whether ``token`` would complete a parameter name this call already used."""
+    if self.state != "args":
+      return False
+    names, _, _ = self._names(self._bytes[int(token)])
+    return any(n in self.seen for n in names) or len(set(names)) < len(names)
+
+
+def _clear_bit(words: np.ndarray, t: int) -> None:
+  w = words.view(np.uint32)
+  w[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+
+
+def _bit(words: np.ndarray, t: int) -> bool:
+  return bool((int(words.view(np.uint32)[t >> 5]) >> (t & 31)) & 1)
+
+
+class FramedSession:
+  """One request's framed output state: matcher + decoder + companion (never shared).
+
+  Same transaction surface as `OutputSession` (lookahead / preview / commit / discard,
+  ``complete`` / ``terminated`` / ``can_continue``, ``forced_tokens``), so the engine and
+  `fill_batch` use it unchanged; decoded output is read from `result()` / `events`.
+  """
+
+  def __init__(self, compiled: CompiledFraming):
+    fg = compiled.framed
+    self.compiled = compiled
+    self.framed = fg
+    self.vocab = compiled.vocab
+    self._inner = OutputSession(compiled)
+    self.decoder = OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
+                                 tools_active=fg.tools_active, constrained=True)
+    names = [n for n, c in fg.contracts.items() if not c.strict]
+    self.companion = NameCompanion(self.vocab, fg.framing, names) if names else None
+    self._pending_decoder: OutputDecoder | None = None
+    self._pending_companion: NameCompanion | None = None
+    self._pending_events: list = []
+    self.events: list = []  # events of the last commit
+
+  # --- flags -----------------------------------------------------------------------------------
+
+  @property
+  def terminated(self) -> bool:
+    return self._inner.terminated
+
+  @property
+  def complete(self) -> bool:
+    return self._inner.complete
+
+  @property
+  def can_continue(self) -> bool:
+    return self._inner.can_continue
+
+  @property
+  def previewing(self) -> bool:
+    return self._inner.previewing
+
+  @property
+  def branch(self) -> str:
+    return self.decoder.branch
+
+  @property
+  def in_reasoning(self) -> bool:
+    """The committed output is inside the reasoning block (a thinking budget may close it)."""
+    return self.decoder._state in ("start", "reasoning")
+
+  def result(self) -> DecodedOutput:
+    """Reasoning, content and completed tool calls of the committed output."""
+    return self.decoder.result()
+
+  # --- masks -----------------------------------------------------------------------------------
+
+  def fill_mask(self, out: np.ndarray) -> bool:
+    ok = self._inner.fill_mask(out)
+    if self.companion is not None and self.companion.active:
+      self._filter(self.companion, out)
+      ok = bool(out.any())
+    return ok
+
+  @staticmethod
+  def _filter(comp: NameCompanion, words: np.ndarray) -> None:
+    cand = comp._candidates
+    u = words.view(np.uint32)
+    legal = cand[((u[cand >> 5] >> (cand & 31).astype(np.uint32)) & 1).astype(bool)]
+    for t in legal:
+      if comp.violates(int(t)):
+        _clear_bit(words, int(t))
+
+  def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
+    """Masks and states for a draft chain (DESIGN.md section 3), companion applied."""
+    states = self._inner.lookahead(drafts, out)
+    if self.companion is None:
+      return states
+    drafts = np.asarray(drafts).reshape(-1)
+    comp = self.companion.copy()
+    for i in range(len(states)):
+      if states[i] != mask_layout.READY:
+        break
+      if comp.active:
+        self._filter(comp, out[i])
+        if not out[i].any():
+          states[i] = mask_layout.DEAD_END
+          states[i + 1:], out[i + 1:len(states)] = mask_layout.UNREACHABLE, 0
+          break
+      if i == len(drafts):
+        break
+      d = int(drafts[i])
+      if not _bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
+        states[i + 1:], out[i + 1:len(states)] = mask_layout.UNREACHABLE, 0
+        break
+      comp.advance(d)
+    return states
+
+  # --- transactions ----------------------------------------------------------------------------
+
+  def preview(self, tokens) -> PreviewResult:
+    """Provisionally accepts the produced tokens; decodes them on a fork (errors surface here).
+
+    Raises:
+      DecodeError: the grammar accepted output the decoder cannot read (internal error).
+    """
+    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
+    r = self._inner.preview(tokens)
+    n = r.accepted
+    comp = self.companion.copy() if self.companion is not None else None
+    if comp is not None:
+      for j in range(n):
+        if comp.violates(tokens[j]):
+          self._inner.discard()
+          r = self._inner.preview(tokens[:j])
+          n = r.accepted
+          break
+        comp.advance(tokens[j])
+    dec = self.decoder.fork()
+    try:
+      self._pending_events = dec.feed(tokens[:n])
+    except Exception:
+      self._inner.discard()
+      raise
+    self._pending_decoder, self._pending_companion = dec, comp
+    return r
+
+  def preview_forced_close(self) -> PreviewResult:
+    """Previews the canonical close ``\\n</think>\\n\\n`` (thinking budget; no sampling).
+
+    The whole control string is previewed at once (not limited by K+1); commit() confirms it
+    with the physical append. A forced and a natural close reach the same state.
+
+    Raises:
+      RuntimeError: the committed output is not inside reasoning, or the grammar refuses.
+    """
+    if not self.in_reasoning:
+      raise RuntimeError("a forced thinking close needs the output to be inside reasoning")
+    toks = self.framed.framing.forced_close_tokens()
+    if self.decoder._state == "start":
+      toks = [self.framed.framing.think_open] + toks
+    r = self.preview(toks)
+    if r.accepted != len(toks):
+      self.discard()
+      raise RuntimeError(f"the framed grammar refused the forced close at token {r.accepted}")
+    return r
+
+  def forced_close_tokens(self) -> list[int]:
+    """The token ids `preview_forced_close` previews (for the physical append)."""
+    toks = self.framed.framing.forced_close_tokens()
+    return ([self.framed.framing.think_open] + toks) if self.decoder._state == "start" else toks
+
+  def commit(self) -> None:
+    """Confirms the preview: matcher, decoder and companion (checks nothing)."""
+    if not self._inner.previewing:
+      return
+    self._inner.commit()
+    self.decoder = self._pending_decoder
+    if self._pending_companion is not None:
+      self.companion = self._pending_companion
+    self.events = self._pending_events
+    self._pending_decoder = self._pending_companion = None
+    self._pending_events = []
+
+  def discard(self) -> None:
+    """Returns to the committed state."""
+    self._inner.discard()
+    self._pending_decoder = self._pending_companion = None
+    self._pending_events = []
+
+  def accept(self, tokens) -> PreviewResult:
+    r = self.preview(tokens)
+    self.commit()
+    return r
+
+  def forced_tokens(self, max_n: int) -> list[int]:
+    """Jump-forward tokens (the matcher's forced string), minus any the companion refuses."""
+    toks = self._inner.forced_tokens(max_n)
+    if self.companion is None:
+      return toks
+    comp = self.companion.copy()
+    out = []
+    for t in toks:
+      if comp.violates(t):
+        break
+      comp.advance(t)
+      out.append(t)
+    return out
