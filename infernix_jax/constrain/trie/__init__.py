@@ -1,0 +1,29 @@
+"""Trie automaton backend for large finite sets (choice), after the trie-automaton paper.
+
+  from infernix_jax.constrain import trie
+  compiled = trie.compile_choice(vocab, ["slack.get_user", ...])
+  session = compiled.new_session()
+  tables = compiled.export_tables()     # numpy arrays for runtime.device_automaton
+
+The per-vocabulary index is built once and cached (``trie.get_index(vocab)``).
+"""
+
+from infernix_jax.constrain.trie._automaton import TrieAutomaton
+from infernix_jax.constrain.trie._index import VocabIndex, clear_cache, get_index
+from infernix_jax.constrain.trie._result import PreviewResult
+from infernix_jax.constrain.trie.compiled import CompiledTrie, compile_choice
+from infernix_jax.constrain.trie.session import TrieSession
+from infernix_jax.constrain.trie.tables import AutomatonTables, export
+
+__all__ = [
+    "AutomatonTables",
+    "CompiledTrie",
+    "PreviewResult",
+    "TrieAutomaton",
+    "TrieSession",
+    "VocabIndex",
+    "clear_cache",
+    "compile_choice",
+    "export",
+    "get_index",
+]
