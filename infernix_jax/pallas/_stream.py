@@ -195,57 +195,63 @@ def load_one(row: Row, token) -> Block:
 
 
 def thresholds(row: Row, st: Stats, sampling, inv_t, top_k, top_p, min_p) -> Thresholds:
-  """Top-k (ties to the smaller id), min-p and top-p thresholds of a row, by bisection."""
+  """Top-k (ties to the smaller id), min-p and top-p thresholds of a row, by bisection.
+
+  Unneeded searches start with lo == hi and run no pass. Branch results are always derived
+  from traced values: the Triton lowering cannot yield bare literals from ``cond``.
+  """
+  zero = st.n_legal - st.n_legal                                     # traced i32 zero
   need_k = sampling & (top_k > 0) & (top_k < st.n_fin)
   k = jnp.where(need_k, top_k, 1)
 
   def count_ge(t):
-    return fold(row, lambda b, c: c + _count(b.fin & (b.key >= t)), jnp.int32(0)) >= k
+    return fold(row, lambda b, c: c + _count(b.fin & (b.key >= t)), zero) >= k
 
-  tk = jax.lax.cond(need_k, lambda: _bisect(st.kmin, st.kmax, count_ge, ceil=True),
-                    lambda: INT_MIN)
+  tk = _bisect(jnp.where(need_k, st.kmin, INT_MIN), jnp.where(need_k, st.kmax, INT_MIN),
+               count_ge, ceil=True)
 
   def gt_eq(b, c):
     return c[0] + _count(b.fin & (b.key > tk)), c[1] + _count(b.fin & (b.key == tk))
 
-  n_gt, n_eq = jax.lax.cond(need_k, lambda: fold(row, gt_eq, (jnp.int32(0), jnp.int32(0))),
-                            lambda: (jnp.int32(0), jnp.int32(0)))
+  n_gt, n_eq = jax.lax.cond(need_k, lambda: fold(row, gt_eq, (zero, zero)),
+                            lambda: (zero, zero))
   need_tie = need_k & (n_gt + n_eq > k)
 
   def ties_le(t):
     return fold(row, lambda b, c: c + _count(b.fin & (b.key == tk) & (b.ids <= t)),
-                jnp.int32(0)) >= k - n_gt
+                zero) >= k - n_gt
 
-  tid = jax.lax.cond(need_tie, lambda: _bisect(jnp.int32(0), jnp.int32(32 * row.words - 1),
-                                               ties_le, ceil=False), lambda: INT_MAX)
+  tid = _bisect(jnp.where(need_tie, 0, INT_MAX),
+                jnp.where(need_tie, 32 * row.words - 1, INT_MAX), ties_le, ceil=False)
   m = jnp.where(sampling, st.zmax * inv_t, 0.0)
-  th = Thresholds(tk, tid, INT_MIN, jnp.maximum(min_p, 0.0) * sampling, m, inv_t)
+  th = Thresholds(tk, tid, INT_MIN + zero, jnp.maximum(min_p, 0.0) * sampling, m, inv_t)
   need_p = sampling & (top_p < 1.0)
 
-  def top_p_key():
-    def sums(b, c):
-      cand, w = in_support(b, th)
-      return (c[0] + jnp.sum(w), jnp.minimum(c[1], jnp.min(jnp.where(cand, b.key, INT_MAX))),
-              jnp.maximum(c[2], jnp.max(jnp.where(cand, b.key, INT_MIN))))
+  def sums(b, c):
+    cand, w = in_support(b, th)
+    return (c[0] + jnp.sum(w), jnp.minimum(c[1], jnp.min(jnp.where(cand, b.key, INT_MAX))),
+            jnp.maximum(c[2], jnp.max(jnp.where(cand, b.key, INT_MIN))))
 
-    total, lo, hi = fold(row, sums, (jnp.float32(0), INT_MAX, INT_MIN))
-    target = top_p * total
+  fzero = zero.astype(jnp.float32)
+  total, lo, hi = jax.lax.cond(
+      need_p, lambda: fold(row, sums, (fzero, INT_MAX + zero, INT_MIN + zero)),
+      lambda: (fzero, INT_MIN + zero, INT_MIN + zero))
+  target = top_p * total
 
-    def mass_below(t):
-      def fn(b, c):
-        cand, w = in_support(b, th)
-        return c + jnp.sum(jnp.where(b.key > t, w, 0.0))
-      return fold(row, fn, jnp.float32(0)) < target
+  def mass_below(t):
+    def fn(b, c):
+      _, w = in_support(b, th)
+      return c + jnp.sum(jnp.where(b.key > t, w, 0.0))
+    return fold(row, fn, fzero) < target
 
-    return _bisect(lo, hi, mass_below, ceil=False)
-
-  tp = jax.lax.cond(need_p, top_p_key, lambda: INT_MIN)
-  return th._replace(tp=tp)
+  return th._replace(tp=_bisect(lo, hi, mass_below, ceil=False))
 
 
 def row_flags(st: Stats):
-  return jnp.where(st.n_legal == 0, FLAG_EMPTY,
-                   jnp.where((st.n_bad > 0) | (st.n_fin == 0), FLAG_NONFINITE, 0))
+  """i32 flags of a row: FLAG_EMPTY, FLAG_NONFINITE or 0."""
+  return jnp.where(st.n_legal == 0, jnp.int32(FLAG_EMPTY),
+                   jnp.where((st.n_bad > 0) | (st.n_fin == 0), jnp.int32(FLAG_NONFINITE),
+                             jnp.int32(0)))
 
 
 def support_draw(row: Row, th: Thresholds, key):

@@ -196,10 +196,13 @@ def _kernel(*refs, vocab_size: int, block_words: int, purpose: int, q_kind: str,
   top_k, enabled, seed, position, n = ip_ref[0], ip_ref[1] != 0, ip_ref[2], ip_ref[3], ip_ref[4]
   seed = jax.lax.bitcast_convert_type(seed, jnp.uint32)
   words = logits_ref.shape[-2]
+  # Traced constants: the Triton lowering cannot yield bare literals out of cond/while.
+  zero = n - n
+  one = zero + 1
   positive = temperature > 0
   inv_t = jnp.where(positive, 1.0 / jnp.where(positive, temperature, 1.0), 1.0)
   for i in range(positions):
-    out_ref[i] = jnp.int32(-1)
+    out_ref[i] = zero - 1
 
   def step(carry):
     i, _, flags, _ = carry
@@ -215,17 +218,17 @@ def _kernel(*refs, vocab_size: int, block_words: int, purpose: int, q_kind: str,
       sampling = positive & (pflags == 0)
       th = _stream.thresholds(row, st, sampling, inv_t, top_k, top_p, min_p)
       total, draw = jax.lax.cond(sampling, lambda: _stream.support_draw(row, th, key),
-                                 lambda: (jnp.float32(0), jnp.int32(-1)))
+                                 lambda: (zero.astype(jnp.float32), zero - 1))
 
       def bonus():
         out_ref[i] = jnp.where(sampling, draw, st.greedy)
-        return jnp.int32(0), jnp.int32(1)
+        return zero, one
 
       def check_draft():
         d = drafts_ref[i]
-        one = _stream.load_one(row, d)
-        _, w_d = _stream.in_support(one, th)
-        p_d = jnp.where(one.legal, w_d / jnp.maximum(total, 1e-38), 0.0)
+        dblk = _stream.load_one(row, d)
+        _, w_d = _stream.in_support(dblk, th)
+        p_d = jnp.where(dblk.legal, w_d / jnp.maximum(total, 1e-38), 0.0)
         q_d = _q_scalar(q_kind, q_refs, i, d, words)
         u = _rng.uniform(seed, position + i, purpose)
         ok = jnp.where(sampling, u * q_d < p_d, d == st.greedy)
@@ -236,28 +239,28 @@ def _kernel(*refs, vocab_size: int, block_words: int, purpose: int, q_kind: str,
               sampling, lambda: _stream.residual_draw(row, th, total, q_block, key, draw),
               lambda: st.greedy)
           out_ref[i] = tok
-          return jnp.int32(0), jnp.int32(1)
+          return zero, one
 
         def accept():
           out_ref[i] = d
-          return jnp.int32(1), jnp.int32(0)
+          return one, zero
 
         return jax.lax.cond(ok, accept, reject)
 
       def failed():
-        return jnp.int32(0), jnp.int32(1)
+        return zero, one
 
       acc, done = jax.lax.cond(pflags != 0, failed,
                                lambda: jax.lax.cond(i == n, bonus, check_draft))
       return acc, done, pflags
 
     acc, done, pflags = jax.lax.cond(
-        dead | unreach, lambda: (jnp.int32(0), jnp.int32(1), jnp.int32(0)), verify)
-    flags = flags | jnp.where(dead, FLAG_DEAD_END, pflags)
+        dead | unreach, lambda: (zero, one, zero), verify)
+    flags = flags | jnp.where(dead, jnp.int32(FLAG_DEAD_END), pflags)
     return i + acc, i + acc, flags, done
 
   _, accepted, flags, _ = jax.lax.while_loop(
-      lambda c: c[3] == 0, step, (jnp.int32(0), jnp.int32(0), jnp.int32(0), jnp.int32(0)))
+      lambda c: c[3] == 0, step, (zero, zero, zero, zero))
   out_ref[positions] = accepted
   out_ref[positions + 1] = flags
 
@@ -265,7 +268,7 @@ def _kernel(*refs, vocab_size: int, block_words: int, purpose: int, q_kind: str,
 def _q_scalar(kind, q_refs, i, d, words):
   """q(d) at position i."""
   if kind == "onehot":
-    return jnp.float32(1.0)
+    return (d - d + 1).astype(jnp.float32)
   if kind == "sparse":
     ids_ref, probs_ref = q_refs
     return jnp.sum(jnp.where(ids_ref[i, :] == d, probs_ref[i, :].astype(jnp.float32), 0.0))
