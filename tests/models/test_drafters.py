@@ -57,11 +57,18 @@ def _round2(ids1):
   return [[int(ids1[0, 0]), CORRECTION], [*map(int, ids1[1]), BONUS]]
 
 
+def _last_logits(graphdef, state, prefix):
+  """Full-forward logits after prefix (padded to one length: one compile for all calls)."""
+  padded = np.zeros((1, 16), np.int32)
+  padded[0, :len(prefix)] = prefix
+  logits, _ = im.forward(graphdef, state, jnp.asarray(padded))
+  return np.asarray(logits[0, len(prefix) - 1], np.float64)
+
+
 def _greedy(graphdef, state, prefix, k):
   seq = list(prefix)
   for _ in range(k):
-    logits, _ = im.forward(graphdef, state, jnp.asarray([seq], jnp.int32))
-    seq.append(int(np.argmax(logits[0, -1])))
+    seq.append(int(np.argmax(_last_logits(graphdef, state, seq))))
   return seq[len(prefix):]
 
 
@@ -96,8 +103,7 @@ def test_draft_model_sampling_returns_the_dense_q_it_sampled_from():
   for b in range(B):
     for i in range(K):
       prefix = PROMPTS[b] + [int(t) for t in ids[b, :i]]
-      logits, _ = im.forward(graphdef, state, jnp.asarray([prefix], jnp.int32))
-      expected = jax.nn.softmax(np.asarray(logits[0, -1], np.float64) / 0.8)
+      expected = jax.nn.softmax(_last_logits(graphdef, state, prefix) / 0.8)
       np.testing.assert_allclose(probs[b, i, :V], expected, atol=1e-5)
       assert probs[b, i, ids[b, i]] > 0
 
