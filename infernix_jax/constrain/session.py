@@ -141,17 +141,19 @@ class OutputSession:
     if out.ndim != 2 or out.shape[0] < k + 1:
       raise ValueError(f"out {out.shape} must be [K+1={k + 1}, W={self._w}]")
     states = np.full(k + 1, UNREACHABLE, np.int8)
-    out[:k + 1] = 0
     if self._m.is_terminated():
+      out[:k + 1] = 0
       return states
     m = self._m
     accepted = 0
+    filled = 0  # rows 0..filled-1 of out were written (the rest get the zero filler)
     try:
       for i in range(k + 1):
         if i == 0:
           out[0] = self._frontier_mask()[0]
         else:
           m.fill_next_token_bitmask(out, i)
+        filled = i + 1
         if not out[i].any():
           states[i] = DEAD_END
           break
@@ -167,6 +169,7 @@ class OutputSession:
     finally:
       if accepted:
         m.rollback(accepted)
+      out[filled:k + 1] = 0
     return states
 
   # --- transactions ----------------------------------------------------------------------------
