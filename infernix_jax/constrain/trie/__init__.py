@@ -6,19 +6,20 @@
   tables = compiled.export_tables()     # numpy arrays for runtime.device_automaton
 
 The per-vocabulary index is built once and cached (``trie.get_index(vocab)``).
+``ConstraintCompiler.compile(spec, backend="auto" | "trie" | "xgrammar")`` routes choice
+constraints here through ``trie.route`` (threshold: ``trie.set_threshold``).
 """
 
 from infernix_jax.constrain.trie._automaton import TrieAutomaton
 from infernix_jax.constrain.trie._index import VocabIndex, clear_cache, get_index
-from infernix_jax.constrain.trie._result import PreviewResult
 from infernix_jax.constrain.trie.compiled import CompiledTrie, compile_choice
+from infernix_jax.constrain.trie.dispatch import route, set_threshold, threshold
 from infernix_jax.constrain.trie.session import TrieSession
 from infernix_jax.constrain.trie.tables import AutomatonTables, export
 
 __all__ = [
     "AutomatonTables",
     "CompiledTrie",
-    "PreviewResult",
     "TrieAutomaton",
     "TrieSession",
     "VocabIndex",
@@ -26,4 +27,7 @@ __all__ = [
     "compile_choice",
     "export",
     "get_index",
+    "route",
+    "set_threshold",
+    "threshold",
 ]

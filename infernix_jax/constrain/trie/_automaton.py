@@ -132,7 +132,8 @@ class TrieAutomaton:
     word_ptr = np.searchsorted(wnode, np.arange(n + 3)).astype(np.int64)
     terminal = np.zeros(n + 2, dtype=bool)
     terminal[term_nodes] = True
-    return cls(vocab_size=v_size, n_nodes=n, n_values=len(trie.strings), n_chars=trie.n_chars,
+    return cls(vocab_size=v_size, n_nodes=n, n_eos=int(eos.size), n_values=len(trie.strings),
+               n_chars=trie.n_chars,
                row_ptr=row_ptr, ids=t.astype(np.int32), next=d.astype(np.int32),
                terminal=terminal, word_ptr=word_ptr, word_idx=widx, word_val=wval,
                dense_of=dense_of, dense=dense, trie=trie,
@@ -160,6 +161,12 @@ class TrieAutomaton:
     got = self.trie.walk(data, node)
     return self.dead if got < 0 else got
 
+  def can_continue(self, node: int) -> bool:
+    """Whether some non-EOS token is legal at ``node``."""
+    if node >= self.n_nodes:
+      return False
+    return self.legal_count(node) > (self.n_eos if self.terminal[node] else 0)
+
   def legal_count(self, node: int) -> int:
     """Number of legal tokens at ``node`` (EOS included)."""
     return self._rp[node + 1] - self._rp[node]
@@ -167,6 +174,10 @@ class TrieAutomaton:
   def legal_ids(self, node: int) -> np.ndarray:
     """int32 ascending legal token ids at ``node``."""
     return self.ids[self._rp[node]:self._rp[node + 1]]
+
+  def legal_next(self, node: int) -> np.ndarray:
+    """int32 node each legal token at ``node`` leads to (aligned with ``legal_ids``)."""
+    return self.next[self._rp[node]:self._rp[node + 1]]
 
   def fill(self, node: int, out: np.ndarray) -> bool:
     """Writes the packed mask of ``node`` into ``out`` (int32 [W]); returns whether it is non-empty."""

@@ -174,6 +174,11 @@ def get_index(vocab) -> VocabIndex:
     return idx
 
 
+def is_cached(vocab) -> bool:
+  """Whether the index of ``vocab`` is built already (the next compile is warm)."""
+  return vocab.identity in _CACHE
+
+
 def clear_cache() -> None:
   """Drops every cached index (the next compile rebuilds it: a cold compile)."""
   with _LOCK:

@@ -13,30 +13,57 @@ from infernix_jax.constrain.trie.session import TrieSession
 class CompiledTrie:
   """A choice constraint compiled by the trie backend (immutable; sessions share it).
 
+  Mirrors the attributes of ``compiler.CompiledConstraint`` so callers need not care which
+  backend compiled a constraint.
+
   Attributes:
     vocab: the Vocabulary it was compiled against.
     values: the canonical choice literals (deduplicated, sorted by UTF-8 bytes).
     automaton: the TrieAutomaton tables.
-    index_seconds: time spent building the vocabulary index in this call (0 when cached).
-    compile_seconds: wall time of the whole compile (index included).
+    index_seconds: time spent building the vocabulary index in this compile (0 when cached).
+    build_seconds: wall time of the build (index included).
+    constraint: the OutputConstraint, when compiled through ``ConstraintCompiler``.
+    cache_status: ``"built"`` or ``"hit"`` (the call that returned this object).
+    compile_seconds: wall seconds the call spent (lookup or build).
   """
 
   backend = "trie"
-  kind = "choice"
+  dropped = ()
 
-  def __init__(self, vocab, values, automaton, index_seconds, compile_seconds):
+  def __init__(self, vocab, values, automaton, index_seconds, build_seconds, constraint=None,
+               cache_status="built", compile_seconds=None):
     self.vocab = vocab
     self.values = values
     self.automaton = automaton
     self.index_seconds = index_seconds
-    self.compile_seconds = compile_seconds
+    self.build_seconds = build_seconds
+    self.constraint = constraint
+    self.cache_status = cache_status
+    self.compile_seconds = build_seconds if compile_seconds is None else compile_seconds
 
-  def new_session(self, prefix: bytes = b"") -> TrieSession:
-    """A fresh session at the start of the value (or after the continuation ``prefix``)."""
-    return TrieSession(self.automaton, prefix)
+  def with_status(self, status: str, seconds: float, constraint=None) -> "CompiledTrie":
+    """The same shared tables, reported as another call's cache status and seconds."""
+    return CompiledTrie(self.vocab, self.values, self.automaton, self.index_seconds,
+                        self.build_seconds, constraint or self.constraint, status, seconds)
 
   @property
-  def memory_bytes(self) -> int:
+  def key(self) -> tuple:
+    return ("choice", self.values, "trie", self.vocab.identity)
+
+  @property
+  def compiled_source(self) -> str:
+    return f"trie over {len(self.values)} values"
+
+  def new_session(self, prefix: bytes | str = b"") -> TrieSession:
+    """A fresh session at the start of the value (or after the continuation ``prefix``).
+
+    Raises:
+      PrefixError: no value starts with ``prefix``.
+    """
+    return TrieSession(self.automaton, prefix, compiled=self)
+
+  @property
+  def nbytes(self) -> int:
     """Bytes of the per-constraint tables (the shared vocabulary index not included)."""
     return self.automaton.memory_bytes()
 
@@ -46,7 +73,7 @@ class CompiledTrie:
 
 
 def compile_choice(vocab, values, *, dense_fraction: float = 1 / 16) -> CompiledTrie:
-  """Compiles a choice list with the trie backend.
+  """Compiles a choice list with the trie backend (no cache; see ``dispatch`` for one).
 
   Semantics equal the XGrammar-backed choice: EOS is legal exactly where a value ends (also
   where it prefixes another value), tokens that overshoot a value are illegal, every
@@ -65,7 +92,7 @@ def compile_choice(vocab, values, *, dense_fraction: float = 1 / 16) -> Compiled
   """
   t0 = time.perf_counter()
   canon = canonical_choices(values)
-  cold = vocab.identity not in _index._CACHE
+  cold = not _index.is_cached(vocab)
   index = _index.get_index(vocab)
   index_seconds = index.build_seconds if cold else 0.0
   automaton = TrieAutomaton.build([v.encode("utf-8") for v in canon], index, vocab.eos_ids,

@@ -13,7 +13,7 @@ import numpy as np
 from infernix_jax import mask_layout
 from infernix_jax.constrain.errors import PrefixError
 from infernix_jax.constrain.trie._automaton import TrieAutomaton
-from infernix_jax.constrain.trie._result import PreviewResult
+from infernix_jax.constrain.session import PreviewResult
 
 
 class TrieSession:
@@ -23,25 +23,32 @@ class TrieSession:
     automaton: the immutable tables shared by every session of the constraint.
   """
 
-  def __init__(self, automaton: TrieAutomaton, prefix: bytes = b""):
+  def __init__(self, automaton: TrieAutomaton, prefix: bytes | str = b"", compiled=None):
     """Starts at the root, then follows the continuation ``prefix`` byte by byte.
+
+    Args:
+      automaton: the compiled tables.
+      prefix: bytes (or str, UTF-8 encoded) already emitted of the value.
+      compiled: the CompiledTrie this session belongs to (kept for reference).
 
     Raises:
       PrefixError: ``prefix`` is not a prefix of any value (location: the first bad byte).
     """
     self.automaton = automaton
+    self.compiled = compiled
+    if isinstance(prefix, str):
+      prefix = prefix.encode("utf-8")
+    self.prefix = bytes(prefix)
     node = 0
-    prefix = bytes(prefix)
-    if prefix:
-      for i in range(len(prefix)):
-        nxt = automaton.walk_bytes(prefix[i:i + 1], node)
-        if nxt == automaton.dead:
-          raise PrefixError(f"continuation prefix {prefix[:i + 1]!r} is not the start of any "
-                            "choice value", str(i))
-        node = nxt
-    self._stack = [node]          # committed path of node ids; top = current state
-    self._mark: int | None = None  # stack depth at preview start (None: no preview open)
-    self._in_lookahead = False
+    for i in range(len(self.prefix)):
+      nxt = automaton.walk_bytes(self.prefix[i:i + 1], node)
+      if nxt == automaton.dead:
+        raise PrefixError(f"the continuation prefix cannot start an output of this constraint: "
+                          f"byte {i} ({self.prefix[i:i + 8]!r}...) is not allowed there", str(i))
+      node = nxt
+    self._stack = [node]           # path of node ids; top = current state
+    self._mark: int | None = None  # stack depth when the open preview started
+    self.tokens_committed = 0
 
   # --- state -----------------------------------------------------------------------------------
 
@@ -62,13 +69,14 @@ class TrieSession:
     return n == self.automaton.end or bool(self.automaton.terminal[n])
 
   @property
+  def previewing(self) -> bool:
+    """An uncommitted preview exists (lookahead is refused until commit or discard)."""
+    return self._mark is not None
+
+  @property
   def can_continue(self) -> bool:
     """Some non-EOS token is legal (the output can grow)."""
-    a = self.automaton
-    n = self._stack[-1]
-    if n >= a.n_nodes:
-      return False
-    return bool(a.trie.child_ptr[n + 1] > a.trie.child_ptr[n])
+    return self.automaton.can_continue(self._stack[-1])
 
   # --- masks -----------------------------------------------------------------------------------
 
@@ -91,14 +99,18 @@ class TrieSession:
       int8 [K + 1] states (READY / DEAD_END / UNREACHABLE). Unreachable rows are all zero.
     """
     if self._mark is not None:
-      raise RuntimeError("lookahead while a preview is open: commit() or discard() first")
-    drafts = [int(t) for t in drafts]
+      raise RuntimeError("lookahead while a preview is uncommitted: commit() or discard() first")
+    drafts = np.asarray(drafts).reshape(-1).tolist()
     k = len(drafts)
-    if out.shape[0] < k + 1:
-      raise ValueError(f"out has {out.shape[0]} rows, lookahead of {k} drafts needs {k + 1}")
-    states = np.full(k + 1, mask_layout.UNREACHABLE, dtype=np.int8)
     a = self.automaton
+    if (not isinstance(out, np.ndarray) or out.dtype != np.int32 or out.ndim != 2
+        or out.shape[0] < k + 1 or out.shape[1] != a.mask_words or not out.flags.c_contiguous):
+      raise ValueError(f"out must be a C-contiguous int32 array [K+1={k + 1}, W={a.mask_words}]")
+    states = np.full(k + 1, mask_layout.UNREACHABLE, dtype=np.int8)
     node = self._stack[-1]
+    if node == a.end:              # EOS already accepted: nothing is reachable
+      out[:k + 1] = 0
+      return states
     i = 0
     while True:
       if not a.fill(node, out[i]):
@@ -125,25 +137,26 @@ class TrieSession:
       PreviewResult(accepted, complete, terminated, dead_end).
     """
     if self._mark is not None:
-      raise RuntimeError("preview already open: commit() or discard() first")
+      raise RuntimeError("preview while another preview is uncommitted")
     self._mark = len(self._stack)
     a = self.automaton
-    accepted = 0
-    for t in tokens:
-      nxt = a.step(self._stack[-1], int(t))
+    for t in np.asarray(tokens).reshape(-1).tolist():
+      cur = self._stack[-1]
+      if cur == a.end:
+        break
+      nxt = a.step(cur, t)
       if nxt == a.dead:
         break
       self._stack.append(nxt)
-      accepted += 1
-      if nxt == a.end:
-        break
     n = self._stack[-1]
-    return PreviewResult(accepted=accepted, complete=self.complete, terminated=n == a.end,
-                         dead_end=n < a.n_nodes and a.legal_count(n) == 0)
+    return PreviewResult(accepted=len(self._stack) - self._mark, complete=self.complete,
+                         terminated=n == a.end, dead_end=n < a.n_nodes and a.legal_count(n) == 0)
 
   def commit(self) -> None:
     """Makes the open preview permanent (allocates and checks nothing)."""
-    self._mark = None
+    if self._mark is not None:
+      self.tokens_committed += len(self._stack) - self._mark
+      self._mark = None
 
   def discard(self) -> None:
     """Returns to the state before the open preview."""
@@ -151,29 +164,52 @@ class TrieSession:
       del self._stack[self._mark:]
       self._mark = None
 
+  def accept(self, tokens) -> PreviewResult:
+    """preview + commit in one step (forced control, tests)."""
+    r = self.preview(tokens)
+    self.commit()
+    return r
+
   def rollback(self, n: int) -> None:
-    """Pops the last ``n`` committed tokens."""
+    """Pops the last ``n`` committed tokens (the node stack makes this O(n))."""
     if self._mark is not None:
-      raise RuntimeError("rollback while a preview is open")
-    if not 0 <= n < len(self._stack):
-      raise ValueError(f"cannot roll back {n} tokens, {len(self._stack) - 1} were accepted")
+      raise RuntimeError("rollback while a preview is uncommitted")
+    if not 0 <= n <= self.tokens_committed:
+      raise ValueError(f"cannot roll back {n} tokens, {self.tokens_committed} were committed")
     if n:
       del self._stack[-n:]
+      self.tokens_committed -= n
 
   def forced_tokens(self, max_n: int) -> list[int]:
-    """Tokens the constraint forces from the current state (jump-forward drafts).
+    """Tokens the constraint forces next, for jump-forward drafting (may be ``[]``).
 
-    A token is forced where it is the only legal token and is not EOS; follows at most
-    ``max_n`` of them without changing the session.
+    Same method as the XGrammar-backed session: the forced bytes are the chain of
+    single-child, non-final trie nodes from the current state (every legal continuation
+    starts with them); they are tokenized greedily by the longest legal token lying inside
+    them. Never proposes EOS. No side effect.
     """
     a = self.automaton
-    out: list[int] = []
     node = self._stack[-1]
-    while len(out) < max_n and node < a.n_nodes and a.legal_count(node) == 1:
-      tok = int(a.legal_ids(node)[0])
-      nxt = a.step(node, tok)
-      if nxt >= a.n_nodes:
+    if max_n <= 0 or self._mark is not None or node >= a.n_nodes:
+      return []
+    trie = a.trie
+    forced = 0           # forced bytes ahead of `node`
+    m = node
+    while not a.terminal[m] and trie.child_ptr[m + 1] - trie.child_ptr[m] == 1:
+      m = int(trie.child_ptr[m])
+      forced += 1
+    out: list[int] = []
+    depth_end = int(trie.depth[node]) + forced
+    while forced and len(out) < max_n:
+      best, best_len, best_next = -1, 0, -1
+      for tok, nxt in zip(a.legal_ids(node).tolist(), a.legal_next(node).tolist()):
+        if nxt < a.n_nodes:
+          ln = int(trie.depth[nxt]) - int(trie.depth[node])
+          if best_len < ln and trie.depth[nxt] <= depth_end:
+            best, best_len, best_next = tok, ln, nxt
+      if best < 0:
         break
-      out.append(tok)
-      node = nxt
+      out.append(best)
+      node = best_next
+      forced -= best_len
     return out

@@ -1,0 +1,141 @@
+"""Backend dispatch for choice constraints: the trie above a size threshold, XGrammar below.
+
+``ConstraintCompiler.compile(spec, backend=...)`` calls ``route`` first:
+
+  * ``backend="xgrammar"``: never routed here;
+  * ``backend="trie"``: choice constraints compile to a trie automaton (other kinds raise
+    FeatureConflictError);
+  * ``backend="auto"`` (default): a choice with at least ``threshold()`` distinct values goes to
+    the trie, the rest to XGrammar.
+
+The default threshold comes from the study in ``docs/results/trie.md``: from this size on the
+trie's warm compile is faster than XGrammar's, and its per-step mask is faster at every size.
+Compiled tries are cached per vocabulary (LRU within a byte budget), like the XGrammar cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from infernix_jax.constrain import errors
+from infernix_jax.constrain._choice import canonical_choices
+from infernix_jax.constrain.trie.compiled import CompiledTrie, compile_choice
+
+BACKENDS = ("auto", "trie", "xgrammar")
+DEFAULT_THRESHOLD = 32          # distinct values; see docs/results/trie.md (dispatch)
+DEFAULT_CACHE_BYTES = 256 << 20
+
+_threshold = DEFAULT_THRESHOLD
+
+
+def threshold() -> int:
+  """Current minimum number of distinct values for which ``auto`` picks the trie."""
+  return _threshold
+
+
+def set_threshold(k: int) -> None:
+  """Sets the ``auto`` dispatch threshold (distinct values; 1 = always the trie for choice)."""
+  global _threshold
+  if int(k) < 1:
+    raise ValueError(f"threshold {k=} must be >= 1")
+  _threshold = int(k)
+
+
+class _Cache:
+  """Per-vocabulary LRU of compiled tries within a byte budget (thread-safe)."""
+
+  def __init__(self, budget: int):
+    self.budget = budget
+    self.used = 0
+    self.lock = threading.Lock()
+    self.entries: collections.OrderedDict[tuple, CompiledTrie] = collections.OrderedDict()
+
+  def get(self, key):
+    with self.lock:
+      hit = self.entries.get(key)
+      if hit is not None:
+        self.entries.move_to_end(key)
+      return hit
+
+  def put(self, key, compiled: CompiledTrie) -> None:
+    with self.lock:
+      if key in self.entries:
+        return
+      self.entries[key] = compiled
+      self.used += compiled.nbytes
+      while self.used > self.budget and len(self.entries) > 1:
+        _, old = self.entries.popitem(last=False)
+        self.used -= old.nbytes
+
+
+def route(compiler, constraint, backend: str = "auto") -> CompiledTrie | None:
+  """Compiles ``constraint`` with the trie when the backend choice says so, else None.
+
+  Args:
+    compiler: the ``ConstraintCompiler`` (its vocabulary and stats are used).
+    constraint: an ``OutputConstraint``.
+    backend: ``"auto"``, ``"trie"`` or ``"xgrammar"``.
+
+  Returns:
+    A CompiledTrie (``cache_status`` ``"hit"`` or ``"built"``), or None for XGrammar.
+
+  Raises:
+    ValueError: unknown backend.
+    FeatureConflictError: ``backend="trie"`` for a constraint that is not a choice, or with
+      framing.
+    ChoiceError: an invalid choice list.
+  """
+  if backend not in BACKENDS:
+    raise ValueError(f"backend={backend!r} must be one of {BACKENDS}")
+  if backend == "xgrammar":
+    return None
+  kind = getattr(constraint.kind, "value", constraint.kind)
+  if kind != "choice":
+    if backend == "trie":
+      raise errors.FeatureConflictError(
+          f"the trie backend compiles choice constraints only, not {kind!r}; use "
+          "backend='auto' or 'xgrammar'")
+    return None
+  if constraint.framing:
+    if backend == "trie":
+      raise errors.FeatureConflictError("the trie backend compiles bare content only (no framing)")
+    return None
+  t0 = time.perf_counter()
+  try:
+    values = canonical_choices(constraint.source)
+  except errors.ConstraintError:
+    if backend == "auto":
+      return None          # the XGrammar path reports (and counts) the same error
+    _count_error(compiler)
+    raise
+  if backend == "auto" and len(values) < _threshold:
+    return None
+  vocab = compiler.vocab
+  cache = vocab.lazy("constrain.trie.cache", lambda: _Cache(DEFAULT_CACHE_BYTES))
+  key = (values, vocab.identity)
+  hit = cache.get(key)
+  if hit is not None:
+    out = hit.with_status("hit", time.perf_counter() - t0, constraint)
+  else:
+    built = compile_choice(vocab, values)
+    cache.put(key, built)
+    out = built.with_status("built", time.perf_counter() - t0, constraint)
+  _count(compiler, out.cache_status, out.compile_seconds)
+  return out
+
+
+def _count(compiler, status: str, seconds: float) -> None:
+  stats_lock = getattr(compiler, "_stats_lock", None)
+  count = getattr(compiler, "_count", None)
+  if stats_lock is not None and count is not None:
+    with stats_lock:
+      count(status, seconds)
+
+
+def _count_error(compiler) -> None:
+  stats_lock = getattr(compiler, "_stats_lock", None)
+  if stats_lock is not None:
+    with stats_lock:
+      compiler.stats.errors += 1
