@@ -178,8 +178,13 @@ class ConstraintCompiler:
       self._alias.clear()
       self._used = 0
 
-  def compile(self, constraint: OutputConstraint) -> CompiledConstraint:
+  def compile(self, constraint: OutputConstraint, backend: str = "auto") -> CompiledConstraint:
     """Validates and compiles ``constraint`` (or reuses the cached result).
+
+    Args:
+      constraint: the content constraint.
+      backend: ``"auto"`` (choice sets of at least ``trie.threshold()`` values go to the trie
+        backend, everything else to XGrammar), ``"trie"`` (choice only) or ``"xgrammar"``.
 
     Returns:
       A `CompiledConstraint` (shared grammar + this call's cache status and seconds).
@@ -190,6 +195,12 @@ class ConstraintCompiler:
     t0 = time.perf_counter()
     if not isinstance(constraint, OutputConstraint):
       raise TypeError(f"expected an OutputConstraint, got {type(constraint).__name__}")
+    if backend != "xgrammar":  # large finite sets: trie automaton backend (constrain/trie)
+      from infernix_jax.constrain import trie
+
+      routed = trie.route(self, constraint, backend)
+      if routed is not None:
+        return routed
     raw = self._raw_key(constraint)
     if raw is not None:
       with self._lock:
