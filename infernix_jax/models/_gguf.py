@@ -45,7 +45,10 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
       continue
   meta["tokenizer.ggml.tokens_count"] = len(reader.fields["tokenizer.ggml.tokens"].data) \
       if "tokenizer.ggml.tokens" in reader.fields else 0
-  meta["_has_output_weight"] = any(t.name == "output.weight" for t in reader.tensors)
+  names = {t.name for t in reader.tensors}
+  meta["_has_output_weight"] = "output.weight" in names
+  meta["_has_qkv_bias"] = "blk.0.attn_q.bias" in names
+  meta["_has_o_bias"] = "blk.0.attn_output.bias" in names
   return meta
 
 

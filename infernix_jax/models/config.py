@@ -111,7 +111,9 @@ class ModelConfig:
     """Builds a config from GGUF key/value metadata (llama or qwen2/qwen3 architectures).
 
     Args:
-      metadata: GGUF fields as plain Python values (`general.architecture`, `<arch>.*`).
+      metadata: GGUF fields as plain Python values (`general.architecture`, `<arch>.*`),
+        plus `_has_output_weight` / `_has_qkv_bias` / `_has_o_bias` read from the tensor
+        names (`_gguf.read_metadata` adds them).
       dtype: override of the parameter dtype; defaults to float32.
     """
     arch = metadata["general.architecture"]
@@ -132,7 +134,8 @@ class ModelConfig:
         ffn_dim=int(get("feed_forward_length")),
         rope_theta=float(get("rope.freq_base", 10_000.0)),
         norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        qkv_bias=arch == "qwen2",
+        qkv_bias=bool(metadata.get("_has_qkv_bias", arch == "qwen2")),
+        o_bias=bool(metadata.get("_has_o_bias", False)),
         qk_norm=arch == "qwen3",
         tie_embeddings=not metadata.get("_has_output_weight", False),
         max_position=int(get("context_length", 32_768)),

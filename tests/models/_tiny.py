@@ -22,7 +22,8 @@ def hf_config(family: str, attention: str, tie: bool):
     return transformers.Qwen2Config(rope_theta=20_000.0, use_sliding_window=False, **common)
   if family == "qwen3":  # head_dim 24 != hidden/heads, as in real Qwen3 sizes
     return transformers.Qwen3Config(head_dim=24, rope_theta=1_000_000.0, **common)
-  return transformers.LlamaConfig(rope_theta=50_000.0, **common)
+  return transformers.LlamaConfig(rope_theta=50_000.0, attention_bias=family == "llama-bias",
+                                  **common)
 
 
 def make_hf_checkpoint(family: str, attention: str, tie: bool, directory: Path, seed: int = 0):

@@ -24,9 +24,19 @@ def _hf_logits(model, tokens):
 @pytest.mark.parametrize("attention", ["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("family,tie", [("qwen2", False), ("qwen3", True), ("llama", False)])
 def test_logits_match_transformers(tmp_path, family, attention, tie):
+  _check_parity(tmp_path, family, attention, tie)
+
+
+def test_llama_attention_bias_matches_transformers(tmp_path):
+  """Llama with attention_bias=True: biases on q, k, v and the output projection."""
+  _check_parity(tmp_path, "llama-bias", "gqa", True)
+
+
+def _check_parity(tmp_path, family, attention, tie):
   hf_model = _tiny.make_hf_checkpoint(family, attention, tie, tmp_path)
   cfg, model, _ = im.load_hf_dir(tmp_path)
-  assert cfg.qkv_bias == (family == "qwen2")
+  assert cfg.qkv_bias == (family in ("qwen2", "llama-bias"))
+  assert cfg.o_bias == (family == "llama-bias")
   assert cfg.qk_norm == (family == "qwen3")
   assert cfg.tie_embeddings == tie
   assert cfg.num_kv_heads == _tiny.ATTENTION[attention][1]
