@@ -96,7 +96,7 @@ def _loop(graphdef, state, cache, dstate, dparams, params, seed, *, bridge, draf
     accepted, tokens, flags = stages.finish_core(logits, mask, enabled, states, drafts, n_drafts,
                                                  q, params, seed, position, vocab_size)
     if drafter.device:
-      dstate = drafter.device_update(dparams, dstate, hidden, accepted)
+      dstate = drafter.device_update(dparams, dstate, hidden, accepted, tokens)
     stop = io_callback(bridge.commit, jax.ShapeDtypeStruct((), jnp.bool_), accepted, tokens,
                        flags, n_drafts)
     return i + 1, stop, cache, dstate

@@ -5,9 +5,11 @@ Axis letters: B lanes, K drafts, Vm logits width, D width, S cache capacity, J c
 Each device drafter is a frozen object (static jit argument) with pure, traced hooks:
   device_propose(dparams, dstate, anchor, lengths, host_drafts, use_host, seed, position)
       -> (drafts i32[B, K], n_drafts i32[B], q, dstate)
-  device_update(dparams, dstate, hidden [B, P, D], accepted i32[B]) -> dstate
-and host hooks: init_device(engine) -> (dparams, dstate), prefill_row(engine, lane, prompt,
-hidden) -> dstate, and q conversions for masked q (`q_to_host`, `q_from_host`, ...).
+  device_update(dparams, dstate, hidden [B, P, D], accepted i32[B], tokens i32[B, P])
+      -> dstate
+and host hooks: init_device(engine) -> (dparams, dstate), prefill_rows(engine, prompts,
+hidden) -> dstate (prompts: lane -> ids; hidden: the target prefill's [B, T, D]),
+and q conversions for masked q (`q_to_host`, `q_from_host`, ...).
 Rows whose drafts come from the host (jump-forward) feed those drafts through the drafter's
 own state so it stays consistent with what the target verifies.
 """
@@ -15,7 +17,6 @@ own state so it stays consistent with what the target verifies.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import jax
@@ -48,8 +49,13 @@ class _DeviceDrafter(Drafter):
     probs = probs.at[:, :, 0].set(jnp.where(use_host[:, None], 1.0, probs[:, :, 0]))
     return _deps.sparse_q(ids, probs)
 
-  def device_update(self, dparams, dstate, hidden, accepted):
+  def device_update(self, dparams, dstate, hidden, accepted, tokens):
     return dstate
+
+  def clear_rows(self, dstate, rows):
+    """Zeros lanes `rows` (bool[B]) of the drafter's cache after a non-finite failure."""
+    from infernix_jax.runtime import stages
+    return stages.clear_rows(dstate, rows)
 
   # Masked-q transfers (sampling drafters only).
   def q_to_host(self, q):
@@ -73,12 +79,6 @@ class _DeviceDrafter(Drafter):
     if q_host[0] == "dense":
       return _deps.dense_q(jnp.asarray(q_host[1]))
     return _deps.sparse_q(jnp.asarray(q_host[1]), jnp.asarray(q_host[2]))
-
-
-@functools.partial(jax.jit, donate_argnames=("cache",))
-def _insert(cache, row, lane):
-  from infernix_jax.runtime.stages import insert_row
-  return insert_row(cache, row, lane)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -109,23 +109,25 @@ class DraftModelDrafter(_DeviceDrafter):
     return "dense" if self.sampling else "onehot"
 
   def init_device(self, engine):
-    cache = _deps.kv_cache_init(self.cfg, engine.b, engine.capacity)
-    object.__setattr__(self, "_row", _deps.kv_cache_init(self.cfg, 1, engine.capacity))
-    return self.params, cache
+    return self.params, _deps.kv_cache_init(self.cfg, engine.b, engine.capacity)
 
-  def prefill_row(self, engine, lane, prompt, hidden):
+  def prefill_rows(self, engine, prompts, hidden):
+    """Prefills prompt[:-1] of the admitted lanes into the draft model's cache (batched)."""
     from infernix_jax.runtime import stages
-    n = len(prompt) - 1
-    if n <= 0:
+    longest = max(len(p) - 1 for p in prompts.values())
+    if longest <= 0:
       return engine.dstate
-    t = stages.bucket(n)
-    tokens = np.zeros((1, t), np.int32)
-    tokens[0, :n] = prompt[:-1]
-    row = self._row.with_lengths(jnp.zeros((1,), jnp.int32))
-    _, row = stages.prefill_row(self.graphdef, engine.dparams, row, jnp.asarray(tokens),
-                                jnp.asarray([n], jnp.int32))
-    object.__setattr__(self, "_row", row)
-    return _insert(engine.dstate, row, lane)
+    tokens = np.zeros((engine.b, stages.bucket(longest)), np.int32)
+    counts = np.zeros((engine.b,), np.int32)
+    start = engine.host.lengths.copy()
+    for b, p in prompts.items():
+      tokens[b, :len(p) - 1] = p[:-1]
+      counts[b] = len(p) - 1
+      start[b] = 0
+    cache = engine.dstate.with_lengths(jnp.asarray(start))
+    _, cache = stages.prefill_row(self.graphdef, engine.dparams, cache, jnp.asarray(tokens),
+                                  jnp.asarray(counts))
+    return cache
 
   def device_propose(self, dparams, dstate, anchor, lengths, host_drafts, use_host, seed,
                      position):

@@ -19,7 +19,7 @@ from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._round import RoundHost
 from infernix_jax.runtime._session import build_session, check_request
 from infernix_jax.runtime.drafters import Drafter, NoDrafter, stage_drafter
-from infernix_jax.runtime.errors import CapacityError
+from infernix_jax.runtime.errors import CapacityError, NonFiniteLogits
 from infernix_jax.runtime.types import GenerationRequest, GenerationResult
 
 BRIDGES = ("stages", "callback")
@@ -146,18 +146,18 @@ class Engine:
 
   # --- lanes ---------------------------------------------------------------------------------
   def _admit(self) -> None:
-    changed = False
+    admitted: list[int] = []
     for b in range(self.b):
-      if self.lanes[b] is not None or not self._waiting:
+      if self.lanes[b] is not None:
         continue
-      lane = self._waiting.popleft()
-      if lane.cancelled:
-        self._finish_unstarted(lane)
-        continue
-      self._prefill(b, lane)
-      self.lanes[b] = lane
-      changed = True
-    if changed:
+      while self._waiting and self._waiting[0].cancelled:
+        self._finish_unstarted(self._waiting.popleft())
+      if not self._waiting:
+        break
+      self.lanes[b] = self._waiting.popleft()
+      admitted.append(b)
+    if admitted:
+      self._prefill(admitted)
       self._params = None
 
   def _finish_unstarted(self, lane: Lane) -> None:
@@ -168,27 +168,42 @@ class Engine:
     lane.finish = FinishReason.CANCELLED
     self._results[rid] = lane.result()
 
-  def _prefill(self, b: int, lane: Lane) -> None:
-    """Prefills prompt[:-1] into lane b; prompt[-1] becomes the first round's anchor."""
-    prompt = np.asarray(lane.request.prompt_ids, np.int32)
-    n = len(prompt) - 1
+  def _prefill(self, admitted: list[int]) -> None:
+    """Prefills prompt[:-1] of every admitted lane in one batched call (other rows untouched).
+
+    prompt[-1] becomes the lane's first anchor, so the first round's verify produces the
+    first output token through the same Forward/Finish path as every later one.
+    """
+    prompts = {b: np.asarray(self.lanes[b].request.prompt_ids, np.int32) for b in admitted}
+    longest = max(len(p) - 1 for p in prompts.values())
     hidden = None
-    if n > 0:
-      t = stages.bucket(n)
-      tokens = np.zeros((1, t), np.int32)
-      tokens[0, :n] = prompt[:-1]
-      row = self._row_cache.with_lengths(jnp.zeros((1,), jnp.int32))
-      hidden, row = stages.prefill_row(self.graphdef, self.state, row, jnp.asarray(tokens),
-                                       jnp.asarray([n], jnp.int32))
-      row = row.with_lengths(jnp.asarray([n], jnp.int32))
-      self.cache = stages.insert_row(self.cache, row, b)
-      self._row_cache = row
+    if longest > 0:
+      tokens = np.zeros((self.b, stages.bucket(longest)), np.int32)  # [B, T]
+      counts = np.zeros((self.b,), np.int32)
+      start = self.host.lengths.copy()
+      for b, p in prompts.items():
+        tokens[b, :len(p) - 1] = p[:-1]
+        counts[b] = len(p) - 1
+        start[b] = 0
+      self.cache = self.cache.with_lengths(jnp.asarray(start))
+      hidden, self.cache = stages.prefill_row(self.graphdef, self.state, self.cache,
+                                              jnp.asarray(tokens), jnp.asarray(counts))
+    for b, p in prompts.items():
+      self.host.lengths[b] = len(p) - 1
+      self.host.anchor[b] = p[-1]
     if self.drafter.device:
-      self.dstate = self.drafter.prefill_row(self, b, prompt, hidden)
-    self.host.lengths[b] = n
-    self.host.anchor[b] = prompt[-1]
+      self.dstate = self.drafter.prefill_rows(self, prompts, hidden)
 
   def _retire(self) -> None:
+    poisoned = np.zeros((self.b,), bool)
+    for b in self.host.finished:
+      lane = self.lanes[b]
+      poisoned[b] = lane is not None and isinstance(lane.error, NonFiniteLogits)
+    if poisoned.any():
+      rows = jnp.asarray(poisoned)
+      self.cache = stages.clear_rows(self.cache, rows)
+      if self.drafter.device:
+        self.dstate = self.drafter.clear_rows(self.dstate, rows)
     for b in self.host.finished:
       lane = self.lanes[b]
       if lane is None:
@@ -264,7 +279,8 @@ class Engine:
     host.commit(accepted, tokens, flags, n_drafts)
     if self.drafter.device:
       self.dstate = stages.update_stage(self.dparams, self.dstate, hidden,
-                                        jnp.asarray(accepted), drafter=self.drafter)
+                                        jnp.asarray(accepted), jnp.asarray(tokens),
+                                        drafter=self.drafter)
     self.stats["rounds"] += 1
     self.stats["round_seconds"] += time.perf_counter() - t0
 

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 
 from infernix_jax.runtime import _deps
 
-__all__ = ["finish_core", "finish_stage", "forward_core", "forward_stage", "insert_row",
-           "prefill_row", "update_stage"]
+__all__ = ["finish_core", "finish_stage", "forward_core", "forward_stage",
+           "prefill_row", "update_stage", "clear_rows"]
 
 
 def forward_core(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host,
@@ -98,31 +98,35 @@ def finish_stage(logits, mask, mask_enabled, states, drafts, n_drafts, q, params
 
 
 @functools.partial(jax.jit, static_argnames=("drafter",), donate_argnames=("dstate",))
-def update_stage(dparams, dstate, hidden, accepted, *, drafter):
-  """Device drafter state after a commit (e.g. MTP/DFlash keep the last target hidden)."""
-  return drafter.device_update(dparams, dstate, hidden, accepted)
+def update_stage(dparams, dstate, hidden, accepted, tokens, *, drafter):
+  """Device drafter state after a commit (MTP/DFlash take the round's tokens and hidden)."""
+  return drafter.device_update(dparams, dstate, hidden, accepted, tokens)
+
+
+def prefill_row(graphdef, state, cache, tokens, counts):
+  """Prefills right-padded prompts: row b appends tokens[b, :counts[b]] (0 = untouched).
+
+  Args:
+    cache: the batch cache with lengths set to each row's start (0 for new prompts).
+    tokens: i32[B, T] (T a padded bucket); counts: i32[B].
+
+  Returns:
+    (hidden [B, T, D], cache with lengths advanced by counts).
+  """
+  _, hidden, cache = _deps.prefill(graphdef, state, cache, tokens, counts)
+  return hidden, cache
 
 
 @functools.partial(jax.jit, donate_argnames=("cache",))
-def insert_row(cache, row_cache, lane):
-  """Copies a one-row cache (a freshly prefilled prompt) into lane `lane` of the batch cache."""
-  k = jax.lax.dynamic_update_slice_in_dim(cache.k, row_cache.k.astype(cache.k.dtype), lane, 1)
-  v = jax.lax.dynamic_update_slice_in_dim(cache.v, row_cache.v.astype(cache.v.dtype), lane, 1)
-  lengths = jax.lax.dynamic_update_slice_in_dim(cache.lengths, row_cache.lengths, lane, 0)
-  return type(cache)(k=k, v=v, lengths=lengths)
+def clear_rows(cache, rows):
+  """Zeros the keys/values of lanes `rows` (bool[B]).
 
-
-def prefill_row(graphdef, state, row_cache, tokens, length):
-  """Prefills one prompt into a one-row cache.
-
-  Args:
-    tokens: i32[1, T] (T a padded bucket); length: real prompt tokens, i32[1].
-
-  Returns:
-    (hidden [1, T, D], row cache with lengths advanced by length).
+  After a row fails with non-finite values, its lane's scratch may hold NaN; attention
+  multiplies masked positions by 0, and 0 * NaN would poison the lane's next request.
   """
-  _, hidden, row_cache = _deps.prefill(graphdef, state, row_cache, tokens, length)
-  return hidden, row_cache
+  keep = ~rows[None, :, None, None, None]
+  return type(cache)(k=jnp.where(keep, cache.k, 0), v=jnp.where(keep, cache.v, 0),
+                     lengths=cache.lengths)
 
 
 def bucket(n: int, minimum: int = 16) -> int:

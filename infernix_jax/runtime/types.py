@@ -145,8 +145,8 @@ class GenerationResult:
 
   @property
   def accepted_length(self) -> float:
-    """Tokens committed per round (1 = ordinary decoding; the speedup bound)."""
-    return len(self.token_ids) / max(len(self.rounds), 1)
+    """Mean tokens a round produced: accepted drafts + the correction/bonus (1 = ordinary)."""
+    return (self.accepted + len(self.rounds)) / max(len(self.rounds), 1)
 
   @property
   def acceptance_rate(self) -> float:
