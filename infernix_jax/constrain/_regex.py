@@ -441,21 +441,34 @@ def _emit(node: Node, python: bool = False) -> str:
     rs = node.ranges
     if len(rs) == 1 and rs[0][0] == rs[0][1]:
       return _pychar(rs[0][0]) if python else _char(rs[0][0], False)
-    ch = _pychar if python else (lambda cp: _char(cp, True))
-    body = "".join(ch(lo) if lo == hi else f"{ch(lo)}-{ch(hi)}" for lo, hi in rs)
-    return f"[{body}]"
+    if python:
+      return _class_body(rs, _pychar)
+    # xgrammar's JSON-string regex path builds a wrong UTF-8 automaton (it admits overlong
+    # encodings such as E0 80..9F) for a class whose ranges span several UTF-8 lengths, so
+    # we emit one class per encoded length, joined by alternation.
+    parts = [intersect(rs, bucket) for bucket in _UTF8_LENGTHS]
+    parts = [_class_body(p, lambda cp: _char(cp, True)) for p in parts if p]
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
   if isinstance(node, Seq):
     return "".join(_group(i, python) if isinstance(i, Alt) else _emit(i, python)
                    for i in node.items) if node.items else ("" if python else "()")
   if isinstance(node, Alt):
     return "|".join(_emit(o, python) for o in node.options)
   inner = _emit(node.node, python)
-  if not (isinstance(node.node, Cls)):
+  if not isinstance(node.node, Cls):  # a class emits an atom ([...], a char, or (..|..))
     inner = f"({'?:' if python else ''}{inner})"
   lo, hi = node.lo, node.hi
   q = ("*" if lo == 0 else "+" if lo == 1 else "{%d,}" % lo) if hi is None else (
       "?" if (lo, hi) == (0, 1) else "{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi))
   return inner + q
+
+
+_UTF8_LENGTHS: tuple[Ranges, ...] = (((0, 0x7F),), ((0x80, 0x7FF),), ((0x800, 0xFFFF),),
+                                     ((0x10000, MAX_CODE_POINT),))
+
+
+def _class_body(rs: Ranges, ch) -> str:
+  return "[" + "".join(ch(lo) if lo == hi else f"{ch(lo)}-{ch(hi)}" for lo, hi in rs) + "]"
 
 
 def _group(node: Node, python: bool) -> str:
