@@ -214,3 +214,45 @@ def test_qwen3_json_session(qwen3_vocab):
   for row in mask_layout.unpack(buf[:len(text)], v.size):
     assert not row[sorted(v.control_ids - set(v.eos_ids))].any()
   assert s.accept(text).complete
+
+
+def _byte_vocab():
+  return ic.Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"<eos>"], eos_ids=[256])
+
+
+def _legal_bytes(session) -> set[int]:
+  buf = np.zeros((1, session.vocab.mask_words), np.int32)
+  session.lookahead([], out=buf)
+  return set(np.flatnonzero(mask_layout.unpack(buf, session.vocab.size)[0]).tolist())
+
+
+def test_json_object_root_and_whitespace_runs_of_at_most_32():
+  vocab = _byte_vocab()
+  c = ic.ConstraintCompiler(vocab)
+  s = c.compile(ic.OutputConstraint.json_object()).new_session()
+  assert _legal_bytes(s) == {ord("{")}  # a root object, never a scalar
+  r = s.accept(list(b"{" + b" " * 31))
+  assert r.accepted == 32 and ord(" ") in _legal_bytes(s)
+  s.accept([ord(" ")])  # the 32nd whitespace byte of the run
+  legal = _legal_bytes(s)
+  assert ord(" ") not in legal and ord("\n") not in legal and {ord('"'), ord("}")} <= legal
+  s.accept(list(b'"k":1}'))
+  assert s.complete and _legal_bytes(s) == {256}
+
+
+def test_schema_errors_and_lenient_drops():
+  c = ic.ConstraintCompiler(_byte_vocab())
+  schema = '{"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}'
+  with pytest.raises(ic.UnsupportedSchemaError) as e:
+    c.compile(ic.OutputConstraint.json_schema(schema))
+  assert e.value.location == "/properties/a/format"
+  lenient = c.compile(ic.OutputConstraint.json_schema(schema, lenient=True))
+  assert lenient.dropped == (("/properties/a/format", "format"),)
+  with pytest.raises(ic.SchemaError):
+    c.compile(ic.OutputConstraint.json_schema("{not json"))
+  with pytest.raises(ic.GrammarSyntaxError):
+    c.compile(ic.OutputConstraint.grammar('root ::= "a" | \n'))
+  with pytest.raises(ic.RegexError):
+    c.compile(ic.OutputConstraint.regex("(?=a)b"))
+  with pytest.raises(ic.ConstraintError):  # no output is possible with this vocabulary
+    ic.ConstraintCompiler(toy_vocab()).compile(ic.OutputConstraint.choice(["zz"]))

@@ -1,0 +1,331 @@
+"""Benchmark: the constraint layer vs raw xgrammar calls on the same states, same run.
+
+  python benchmarks/constrain_bench.py perf [--per-subset 6] [--json out.json]
+  python benchmarks/constrain_bench.py coverage [--vocab bytes|qwen3] [--limit N] [--timeout 20]
+
+perf (Qwen3 vocabulary, JSONSchemaBench schemas): walks are recorded once with the session,
+then replayed through both paths at identical states.
+  * mask fill: ``session.lookahead([])`` with the committed-mask cache cleared vs
+    ``GrammarMatcher.fill_next_token_bitmask`` (p50/p99 per call);
+  * decode step (K=0): ours = lookahead([]) + preview([t]) + commit() (the production order:
+    preview computes the next mask, lookahead reuses it) vs raw fill + accept_token;
+  * lookahead K=4: ``session.lookahead(4 drafts)`` (cache cleared, and as used: cached) vs
+    raw fill/accept x4 + fill + rollback(4);
+  * batch B = 8, 32, 128 (K=4): ``fill_batch`` (per row; and with the batch matcher for
+    position 0) vs the raw per-row loop;
+  * compile: cold (new compiler: validation + compile + initial mask check) vs raw
+    ``compile_json_schema`` on the same canonical text; warm: our cache hit vs xgrammar's own
+    cache hit.
+coverage: every schema of each subset: compiled / rejected (by error class) / timed out, two
+random walks per compiled schema validated with ``jsonschema``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infernix_jax import constrain as ic  # noqa: E402
+from infernix_jax.constrain import _xgr  # noqa: E402
+from infernix_jax.constrain.demo import load_vocab, random_walk  # noqa: E402
+
+BENCH = ROOT / "../shared/data/jsonschemabench/data"
+SUBSETS = ["Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K"]
+_HUGE_REPEAT = re.compile(r'"(maxLength|maxItems)"\s*:\s*\d{4,}|\{\d*,?\d{4,}\}')
+
+
+def pick(subset: str, n: int, seed: int = 0) -> list[Path]:
+  files = sorted((BENCH / subset).glob("*.json"))
+  random.Random(f"bench-{subset}-{seed}").shuffle(files)
+  return [f for f in files if not _HUGE_REPEAT.search(f.read_text(encoding="utf-8"))][:n]
+
+
+def pct(xs, q) -> float:
+  return float(np.percentile(np.asarray(xs) * 1e6, q)) if xs else float("nan")
+
+
+def row(name, ours, peer, unit="us"):
+  """One table line: p50/p99 of ours and the peer (microseconds) and the p50 ratio."""
+  o50, o99, p50, p99 = pct(ours, 50), pct(ours, 99), pct(peer, 50), pct(peer, 99)
+  print(f"{name:34s} ours p50 {o50:9.1f} p99 {o99:9.1f} | raw p50 {p50:9.1f} p99 {p99:9.1f} {unit}"
+        f" | ours/raw p50 {o50 / p50:5.3f}  (n={len(ours)})")
+  return {"ours_p50_us": o50, "ours_p99_us": o99, "raw_p50_us": p50, "raw_p99_us": p99,
+          "ratio_p50": o50 / p50, "n": len(ours)}
+
+
+# --- raw xgrammar peers --------------------------------------------------------------------------
+
+def raw_lookahead(m, drafts, buf):
+  """The same K-draft lookahead written directly against xgrammar."""
+  accepted = 0
+  for i in range(len(drafts) + 1):
+    m.fill_next_token_bitmask(buf, i)
+    if i == len(drafts) or not m.accept_token(int(drafts[i])):
+      break
+    accepted += 1
+    if m.is_terminated():
+      break
+  if accepted:
+    m.rollback(accepted)
+
+
+def perf(args) -> dict:
+  vocab = load_vocab("qwen3")
+  xgr = _xgr.xgr
+  info = _xgr.tokenizer_info(vocab)
+  w = vocab.mask_words
+  results: dict = {"vocab": repr(vocab), "xgrammar": _xgr.VERSION}
+  rng = np.random.default_rng(0)
+  cold_ours, cold_raw, warm_ours, warm_raw = [], [], [], []
+  walks = []  # (compiled, tokens)
+  for subset in SUBSETS:
+    for path in pick(subset, args.per_subset):
+      text = path.read_text(encoding="utf-8")
+      compiler = ic.ConstraintCompiler(vocab)
+      spec = ic.OutputConstraint.json_schema(text)
+      t = time.perf_counter()
+      try:
+        compiled = compiler.compile(spec)
+      except ic.ConstraintError:
+        continue
+      cold_ours.append(time.perf_counter() - t)
+      raw_compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=True)
+      t = time.perf_counter()
+      raw_compiler.compile_json_schema(compiled.compiled_source, any_whitespace=True,
+                                       max_whitespace_cnt=32, strict_mode=False)
+      cold_raw.append(time.perf_counter() - t)
+      for _ in range(20):
+        t = time.perf_counter()
+        compiler.compile(ic.OutputConstraint.json_schema(text))
+        warm_ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        raw_compiler.compile_json_schema(compiled.compiled_source, any_whitespace=True,
+                                         max_whitespace_cnt=32, strict_mode=False)
+        warm_raw.append(time.perf_counter() - t)
+      for _ in range(args.walks):
+        ids, terminated = random_walk(compiled.new_session(), rng, max_tokens=200, jump_prob=0.0)
+        walks.append((compiled, ids))
+  print(f"schemas compiled: {len(cold_ours)}; walks: {len(walks)}; "
+        f"tokens: {sum(len(t) for _, t in walks)}; V={vocab.size} W={w}")
+  results["compile_cold"] = row("compile cold (ms in us)", cold_ours, cold_raw)
+  results["compile_warm"] = row("compile warm (cache hit)", warm_ours, warm_raw)
+
+  fill_ours, fill_raw, step_ours, step_raw = [], [], [], []
+  la_ours, la_cached, la_raw = [], [], []
+  buf = np.zeros((5, w), np.int32)
+  for compiled, ids in walks:
+    s = compiled.new_session()
+    m = xgr.GrammarMatcher(compiled._entry.grammar)
+    for i, tok in enumerate(ids):
+      drafts = np.asarray(ids[i:i + 4], np.int32)
+      s._frontier = None
+      t = time.perf_counter()
+      s.lookahead([], out=buf[:1])
+      fill_ours.append(time.perf_counter() - t)
+      t = time.perf_counter()
+      m.fill_next_token_bitmask(buf, 0)
+      fill_raw.append(time.perf_counter() - t)
+      if len(drafts) == 4:
+        s._frontier = None
+        t = time.perf_counter()
+        s.lookahead(drafts, out=buf)
+        la_ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        s.lookahead(drafts, out=buf)
+        la_cached.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        raw_lookahead(m, drafts, buf)
+        la_raw.append(time.perf_counter() - t)
+      # One decode step (K=0), production order, vs raw fill + accept.
+      t = time.perf_counter()
+      s.lookahead([], out=buf[:1])
+      s.preview([tok])
+      s.commit()
+      step_ours.append(time.perf_counter() - t)
+      t = time.perf_counter()
+      m.fill_next_token_bitmask(buf, 0)
+      m.accept_token(tok)
+      step_raw.append(time.perf_counter() - t)
+  results["mask_fill"] = row("mask fill (per call)", fill_ours, fill_raw)
+  results["decode_step"] = row("decode step K=0 (mask+accept)", step_ours, step_raw)
+  results["lookahead_k4"] = row("lookahead K=4 (uncached pos 0)", la_ours, la_raw)
+  results["lookahead_k4_cached"] = row("lookahead K=4 (as used: cached)", la_cached, la_raw)
+
+  # Batch: B sessions at walk states with 4 drafts each.
+  states = [(c, ids[:i], ids[i:i + 4]) for c, ids in walks for i in range(0, len(ids) - 4, 7)]
+  prng = random.Random(0)
+  for b in (8, 32, 128):
+    chosen = [states[prng.randrange(len(states))] for _ in range(b)]
+    sessions = []
+    raws = []
+    for c, hist, _ in chosen:
+      s = c.new_session()
+      s.accept(hist)
+      sessions.append(s)
+      m = xgr.GrammarMatcher(c._entry.grammar)
+      for t_ in hist:
+        m.accept_token(t_)
+      raws.append(m)
+    drafts = np.asarray([d for _, _, d in chosen], np.int32)
+    n = np.full(b, 4)
+    out = np.zeros((b, 5, w), np.int32)
+    ours, ours_bt, raw = [], [], []
+    for _ in range(args.batch_repeats):
+      for s in sessions:
+        s._frontier = None
+      t = time.perf_counter()
+      ic.fill_batch(sessions, drafts, n, out)
+      ours.append(time.perf_counter() - t)
+      for s in sessions:
+        s._frontier = None
+      t = time.perf_counter()
+      ic.fill_batch(sessions, drafts, n, out, batch_threads=2)
+      ours_bt.append(time.perf_counter() - t)
+      flat = out.reshape(-1, w)
+      t = time.perf_counter()
+      for r, m in enumerate(raws):
+        raw_lookahead(m, drafts[r], out[r])
+      raw.append(time.perf_counter() - t)
+      del flat
+    results[f"batch_{b}"] = row(f"fill_batch B={b} K=4", ours, raw)
+    results[f"batch_{b}_threads2"] = row(f"fill_batch B={b} K=4 batch_threads=2", ours_bt, raw)
+  return results
+
+
+# --- coverage ------------------------------------------------------------------------------------
+
+_VOCAB = None
+
+
+def _worker_init(vocab_name: str):
+  global _VOCAB
+  if vocab_name == "bytes":
+    _VOCAB = ic.Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"<eos>"],
+                                       eos_ids=[256])
+  else:
+    _VOCAB = load_vocab(vocab_name)
+
+
+def _one(path: str, walks: int, seed: int) -> dict:
+  import jsonschema
+
+  text = Path(path).read_text(encoding="utf-8")
+  compiler = ic.ConstraintCompiler(_VOCAB)
+  out = {"compiled": False, "error": None, "walks": 0, "completed": 0, "valid": 0,
+         "surrogates": 0, "failures": []}
+  try:
+    compiled = compiler.compile(ic.OutputConstraint.json_schema(text))
+  except ic.ConstraintError as e:
+    out["error"] = type(e).__name__
+    out["located"] = e.location is not None
+    return out
+  out["compiled"] = True
+  schema = json.loads(text)
+  cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+  validator = cls(schema)
+  rng = np.random.default_rng(seed)
+  for _ in range(walks):
+    ids, terminated = random_walk(compiled.new_session(), rng, max_tokens=800)
+    out["walks"] += 1
+    if not terminated:
+      continue
+    out["completed"] += 1
+    raw = _VOCAB.decode(ids[:-1])
+    try:
+      raw.decode("utf-8")
+    except UnicodeDecodeError:
+      out["surrogates"] += 1
+    try:
+      instance = json.loads(raw.decode("utf-8", errors="surrogatepass"))
+      validator.validate(instance)
+      out["valid"] += 1
+    except Exception as e:  # noqa: BLE001 (recorded as a failure)
+      out["failures"].append(f"{Path(path).name}: {type(e).__name__}: {str(e)[:160]}")
+  return out
+
+
+def coverage(args) -> dict:
+  ctx = mp.get_context("fork")
+  results = {}
+  for subset in SUBSETS:
+    files = sorted((BENCH / subset).glob("*.json"))
+    if args.limit:
+      random.Random(f"cov-{subset}").shuffle(files)
+      files = files[:args.limit]
+    tally = collections.Counter()
+    errors = collections.Counter()
+    failures = []
+    pool = ctx.Pool(1, initializer=_worker_init, initargs=(args.vocab,))
+    t0 = time.perf_counter()
+    for i, f in enumerate(files):
+      job = pool.apply_async(_one, (str(f), args.walks, i))
+      try:
+        r = job.get(timeout=args.timeout)
+      except mp.TimeoutError:
+        pool.terminate()
+        pool = ctx.Pool(1, initializer=_worker_init, initargs=(args.vocab,))
+        tally["timeout"] += 1
+        continue
+      tally["schemas"] += 1
+      if r["compiled"]:
+        tally["compiled"] += 1
+      else:
+        errors[r["error"]] += 1
+        tally["rejected"] += 1
+        tally["rejected_located"] += int(r.get("located", False))
+      for k in ("walks", "completed", "valid", "surrogates"):
+        tally[k] += r[k]
+      failures += r["failures"]
+    pool.terminate()
+    n = len(files)
+    results[subset] = {"files": n, **tally, "errors": dict(errors), "failures": failures[:10],
+                       "seconds": time.perf_counter() - t0}
+    c = tally["completed"]
+    print(f"{subset:15s} files {n:5d} compiled {tally['compiled']:5d} "
+          f"({tally['compiled'] / n:6.1%}) rejected {tally['rejected']:5d} "
+          f"(located {tally['rejected_located']}) timeout>{args.timeout}s {tally['timeout']:3d} | "
+          f"walks {tally['walks']} completed {c} valid {tally['valid']} "
+          f"({tally['valid'] / max(c, 1):6.1%}) invalid-UTF-8 {tally['surrogates']} | "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"  errors: {dict(errors)}")
+    for line in failures[:5]:
+      print(f"  FAIL {line}")
+  return results
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  sub = p.add_subparsers(dest="cmd", required=True)
+  pp = sub.add_parser("perf")
+  pp.add_argument("--per-subset", type=int, default=6)
+  pp.add_argument("--walks", type=int, default=2)
+  pp.add_argument("--batch-repeats", type=int, default=20)
+  pp.add_argument("--json")
+  pc = sub.add_parser("coverage")
+  pc.add_argument("--vocab", default="bytes", help="bytes | qwen3 | smollm2")
+  pc.add_argument("--limit", type=int, default=0, help="schemas per subset (0 = all)")
+  pc.add_argument("--walks", type=int, default=2)
+  pc.add_argument("--timeout", type=float, default=20.0, help="seconds per schema")
+  pc.add_argument("--json")
+  args = p.parse_args(argv)
+  res = perf(args) if args.cmd == "perf" else coverage(args)
+  if args.json:
+    Path(args.json).write_text(json.dumps(res, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
