@@ -60,9 +60,15 @@ class Walker:
     self.budget = budget
 
   def accepts(self, matcher: Any, value: Any) -> bool:
-    """True if some serialization of ``value`` followed by EOS terminates the matcher."""
+    """True if some serialization of ``value`` followed by EOS terminates the matcher.
+
+    On success ``self.text`` holds the accepted serialization.
+    """
     self.steps = 0
-    return self._value(matcher, value, self._end)
+    self._pieces: list[str] = []
+    ok = self._value(matcher, value, self._end)
+    self.text = "".join(self._pieces) if ok else None
+    return ok
 
   def _end(self, m: Any) -> bool:
     m = m.fork()
@@ -75,7 +81,11 @@ class Walker:
     m2 = m.fork()
     if text and not m2.accept_string(text.encode("utf-8")):
       return False
-    return k(m2)
+    self._pieces.append(text)
+    if k(m2):
+      return True
+    self._pieces.pop()
+    return False
 
   def _value(self, m: Any, v: Any, k: Callable[[Any], bool]) -> bool:
     if isinstance(v, dict):
