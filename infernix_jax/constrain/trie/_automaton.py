@@ -60,6 +60,8 @@ class TrieAutomaton:
     self._rp = self.row_ptr.tolist()
     self._dense_of = self.dense_of.tolist()
     self._ids = array.array("i", self.ids.tobytes())
+    self._wi = array.array("i", self.word_idx.astype(np.int32).tobytes())
+    self._wv = array.array("i", self.word_val.astype(np.int32).tobytes())
     self._next = array.array("i", self.next.tobytes())
 
   @classmethod
@@ -187,8 +189,12 @@ class TrieAutomaton:
       return True
     out.fill(0)
     lo, hi = self._wp[node], self._wp[node + 1]
-    if lo == hi:
-      return False
+    if hi - lo <= 4:
+      # Deep nodes have a few words: scalar stores beat any numpy indexing call.
+      wi, wv = self._wi, self._wv
+      for j in range(lo, hi):
+        out[wi[j]] = wv[j]
+      return hi > lo
     out.put(self.word_idx[lo:hi], self.word_val[lo:hi])   # put: ~2x faster than fancy assign
     return True
 

@@ -1,0 +1,135 @@
+"""Runs the trie reproduction study from a config and writes raw JSON lines (see report.py).
+
+  python -m experiments.trie_repro.run --config=configs/trie_repro.py [--config.FIELD=...]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from absl import app
+from ml_collections import config_flags
+
+from experiments.trie_repro import engines, enum_sets, vocabs
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/trie_repro.py", "study config")
+
+
+class Recorder:
+  """Appends one JSON object per measurement (partial runs keep what they measured)."""
+
+  def __init__(self, path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    self.f = path.open("a")
+
+  def __call__(self, **rec):
+    rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    self.f.write(json.dumps(rec) + "\n")
+    self.f.flush()
+    print(json.dumps(rec), flush=True)
+
+
+def _engine(name, vocab):
+  if name == "trie":
+    return engines.TrieEngine(vocab)
+  if name.startswith("xgrammar-"):
+    return engines.XGrammarEngine(vocab, name.split("-", 1)[1])
+  if name == "llguidance":
+    return engines.LLGuidanceEngine(vocab)
+  raise ValueError(name)
+
+
+def _batch_states(paths, rng, b):
+  states = []
+  for _ in range(b):
+    p = paths[rng.integers(len(paths))]
+    states.append(p[:rng.integers(len(p))])   # a prefix that did not take EOS
+  return states
+
+
+def measure_set(cfg, rec, vocab_name, vocab, set_name, values, engine_names, *, steps=True,
+                batch=False, rng=None):
+  """All measures of one (vocabulary, set) for the given engines."""
+  k = len(values)
+  base = dict(vocab=vocab_name, set=set_name, k=k)
+  trie_eng = engines.TrieEngine(vocab)
+  compiled_trie = trie_eng.compile(values)
+  paths = engines.greedy_paths(compiled_trie, vocab, values, cfg.paths, rng)
+  states = {b: _batch_states(paths, rng, b) for b in cfg.batch_sizes} if batch else {}
+  for name in engine_names:
+    if name.startswith("xgrammar") and k > cfg.xgr_max_k:
+      rec(**base, engine=name, metric="skipped", value=f"K > xgr_max_k={cfg.xgr_max_k}")
+      continue
+    if name == "llguidance" and k > cfg.llg_max_k:
+      continue
+    eng = _engine(name, vocab)
+    cold_index = eng.index_seconds()
+    t0 = time.perf_counter()
+    try:
+      compiled = eng.compile(values)
+    except Exception as e:  # noqa: BLE001  (a peer failing to compile is a result)
+      rec(**base, engine=name, metric="error", value=str(e)[:200])
+      continue
+    cold = time.perf_counter() - t0
+    rec(**base, engine=name, metric="index_s", value=cold_index)
+    rec(**base, engine=name, metric="compile_cold_s", value=cold_index + cold)
+    warm = []
+    for _ in range(cfg.warm_repeats if k <= cfg.xgr_max_k or name == "trie" else 1):
+      t0 = time.perf_counter()
+      compiled = eng.compile(values)
+      warm.append(time.perf_counter() - t0)
+    rec(**base, engine=name, metric="compile_warm_s", value=float(np.median(warm)))
+    mem = eng.memory_bytes(compiled)
+    if mem >= 0:
+      rec(**base, engine=name, metric="memory_bytes", value=int(mem))
+    if name == "trie":
+      a = compiled.automaton
+      rec(**base, engine=name, metric="nodes", value=int(a.n_nodes))
+      rec(**base, engine=name, metric="legal_pairs", value=int(a.ids.size))
+      rec(**base, engine=name, metric="r", value=float(a.prefix_sharing))
+      rec(**base, engine=name, metric="index_bytes",
+          value=int(engines.trie.get_index(vocab).memory_bytes()))
+      rec(**base, engine=name, metric="step_loop_s", value=trie_eng.loop_seconds(compiled, paths))
+    is_step_peer = name in ("trie", "llguidance", f"xgrammar-{cfg.xgr_step_variant}")
+    if steps and is_step_peer:
+      s = eng.step_seconds(compiled, paths)
+      rec(**base, engine=name, metric="step_median_s", value=float(np.median(s)))
+      rec(**base, engine=name, metric="step_mean_s", value=float(np.mean(s)))
+      rec(**base, engine=name, metric="step_p99_s", value=float(np.percentile(s, 99)))
+    if batch and is_step_peer:
+      for b, st in states.items():
+        rec(**base, engine=name, metric=f"batch{b}_s",
+            value=eng.batch_seconds(compiled, st, cfg.batch_reps))
+
+
+def main(argv):
+  del argv
+  cfg = _CONFIG.value
+  root = Path(__file__).resolve().parents[2]
+  data = (root / cfg.data_dir).resolve()
+  rec = Recorder(root / cfg.results)
+  rng = np.random.default_rng(cfg.seed)
+  vocab = vocabs.load(cfg.main_vocab, data)
+  for k in cfg.k_values:
+    values = enum_sets.tool_names(int(k), seed=cfg.seed)
+    measure_set(cfg, rec, cfg.main_vocab, vocab, "tools", values, cfg.engines,
+                batch=int(k) in tuple(cfg.batch_k), rng=rng)
+  for extra in cfg.extra_sets:
+    sets = {"icd10cm": enum_sets.icd10cm_billable()} if extra == "icd10cm" else (
+        enum_sets.label_sets(data))
+    for name, values in sets.items():
+      measure_set(cfg, rec, cfg.main_vocab, vocab, name, values,
+                  ("trie", f"xgrammar-{cfg.xgr_step_variant}", "llguidance"), rng=rng)
+  for vname in cfg.gen_vocabs:
+    gv = vocab if vname == cfg.main_vocab else vocabs.load(vname, data)
+    for k in cfg.gen_k:
+      values = enum_sets.tool_names(int(k), seed=cfg.seed)
+      measure_set(cfg, rec, vname, gv, "tools-gen", values,
+                  ("trie", f"xgrammar-{cfg.xgr_step_variant}"), rng=rng)
+
+
+if __name__ == "__main__":
+  app.run(main)
