@@ -17,18 +17,25 @@ from infernix_jax.models.kv_cache import KVCache
 DEFAULT_CHUNK = 256  # prefill tokens per compiled call; longer prompts loop over chunks
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits):
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps",),
+                   donate_argnums=(2,))
+def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits, taps=None):
   """One chunk: tokens [B, C], counts i32[B] valid tokens per row (0..C)."""
   model = nnx.merge(graphdef, state)
-  hidden, cache = model(tokens, cache)  # [B, C, D]
-  last = jnp.take_along_axis(hidden, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)
+  if taps is None:
+    hidden, cache = model(tokens, cache)  # [B, C, D]
+    final = hidden
+  else:  # the logits still need the last layer: tap it too, split it off
+    both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1))
+    hidden, final = both[..., :-model.cfg.dim], both[..., -model.cfg.dim:]
+  last = jnp.take_along_axis(final, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)
   logits = model.logits(last[:, 0])  # [B, Vm]
   last_logits = jnp.where((counts > 0)[:, None], logits, last_logits)
   return last_logits, hidden, cache.with_lengths(cache.lengths + counts)
 
 
-def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DEFAULT_CHUNK):
+def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DEFAULT_CHUNK,
+            taps: tuple[int, ...] | None = None):
   """Appends right-padded prompts to the cache in chunks of at most `chunk` tokens.
 
   Row b appends tokens[b, :lengths[b]] at its own offset cache.lengths[b]; padding is
@@ -41,10 +48,12 @@ def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DE
     tokens: i32[B, T], right padded.
     lengths: i32[B], valid tokens per row (0 leaves a row untouched).
     chunk: tokens per compiled call; prompts longer than it are padded to a multiple.
+    taps: layers whose outputs form `hidden` (see `Transformer.__call__`); None: the last.
 
   Returns:
     (logits f32[B, Vm] at each row's last appended token (zeros for rows with
-    lengths 0), hidden [B, T, D] before the final norm, cache with lengths advanced).
+    lengths 0), hidden [B, T, D] (D * len(taps) with taps) before the final norm,
+    cache with lengths advanced).
   """
   tokens = jnp.asarray(tokens, jnp.int32)
   lengths = jnp.asarray(lengths, jnp.int32)
@@ -60,7 +69,7 @@ def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DE
   for start in range(0, tokens.shape[1], chunk):
     counts = jnp.clip(lengths - start, 0, chunk)
     last_logits, hidden, cache = _prefill_chunk(
-        graphdef, state, cache, tokens[:, start:start + chunk], counts, last_logits)
+        graphdef, state, cache, tokens[:, start:start + chunk], counts, last_logits, taps=taps)
     hiddens.append(hidden)
   hidden = hiddens[0] if len(hiddens) == 1 else jnp.concatenate(hiddens, axis=1)
   return last_logits, hidden[:, :t], cache
@@ -81,8 +90,9 @@ def decode(graphdef, state, cache: KVCache, tokens):
   return model.logits(hidden[:, 0]), hidden[:, 0], cache.with_lengths(cache.lengths + 1)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def verify(graphdef, state, cache: KVCache, tokens):
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps",),
+                   donate_argnums=(2,))
+def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None = None):
   """Scores P tokens per row ([anchor, d1..dK]) at each row's own offset.
 
   Keys/values are written at positions lengths[b] .. lengths[b] + P - 1 but lengths stay
@@ -90,13 +100,19 @@ def verify(graphdef, state, cache: KVCache, tokens):
 
   Args:
     tokens: i32[B, P].
+    taps: layers whose outputs form `hidden` (drafter features); None: the last layer.
 
   Returns:
-    (logits f32[B, P, Vm], hidden [B, P, D] before the final norm, cache).
+    (logits f32[B, P, Vm], hidden [B, P, D] (D * len(taps) with taps) before the final
+    norm, cache).
   """
   model = nnx.merge(graphdef, state)
-  hidden, cache = model(tokens, cache)
-  return model.logits(hidden), hidden, cache
+  if taps is None:
+    hidden, cache = model(tokens, cache)
+    return model.logits(hidden), hidden, cache
+  both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1))
+  d = model.cfg.dim
+  return model.logits(both[..., -d:]), both[..., :-d], cache
 
 
 @functools.partial(jax.jit, static_argnums=(0,))

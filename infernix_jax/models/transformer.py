@@ -51,7 +51,8 @@ def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
 
 
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
-                  cache_k: jax.Array, cache_v: jax.Array, starts: jax.Array):
+                  cache_k: jax.Array, cache_v: jax.Array, starts: jax.Array,
+                  collect: bool = False):
   """Runs stacked causal layers over T new tokens written at each row's offset.
 
   Args:
@@ -62,9 +63,11 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
       (positions beyond S are dropped).
     cache_v: values, same layout.
     starts: first position of each row's new tokens, i32[B].
+    collect: also return every layer's output (for feature taps).
 
   Returns:
-    (output activations [B, T, D], cache_k, cache_v).
+    (output activations [B, T, D], cache_k, cache_v), plus the per-layer outputs
+    [L, B, T, D] when `collect`.
   """
   b, t, _ = x.shape
   s = cache_k.shape[2]
@@ -84,12 +87,13 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
     o = _layers.attention(q, ck[layer].astype(q.dtype), cv[layer].astype(q.dtype), mask)
     x = x + _layers.attn_out(cfg, p, o)
     x = x + _layers.mlp(cfg, p, x)
-    return (x, ck, cv), None
+    return (x, ck, cv), (x if collect else None)
 
   num_layers = cache_k.shape[0]
   layer_ids = jnp.arange(num_layers, dtype=jnp.int32)
-  (x, cache_k, cache_v), _ = jax.lax.scan(body, (x, cache_k, cache_v), (params, layer_ids))
-  return x, cache_k, cache_v
+  (x, cache_k, cache_v), per_layer = jax.lax.scan(body, (x, cache_k, cache_v),
+                                                  (params, layer_ids))
+  return (x, cache_k, cache_v, per_layer) if collect else (x, cache_k, cache_v)
 
 
 class Transformer(nnx.Module):
@@ -122,14 +126,27 @@ class Transformer(nnx.Module):
     return jnp.einsum("...D,DV->...V", h, self.lm_head[...],
                       preferred_element_type=jnp.float32)
 
-  def __call__(self, tokens: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
+  def __call__(self, tokens: jax.Array, cache: KVCache,
+               taps: tuple[int, ...] | None = None) -> tuple[jax.Array, KVCache]:
     """Runs tokens [B, T] at positions cache.lengths[b] + t and writes their keys/values.
 
+    Args:
+      tokens: i32[B, T].
+      cache: the KV cache; entries are written, lengths are left unchanged.
+      taps: layers whose outputs to return as features (e.g. (1, L // 2, L - 1) for
+        DFlash/EAGLE-3-style drafters); None returns the last layer's output.
+
     Returns:
-      (hidden [B, T, D] before the final norm, cache with new entries and unchanged
-      lengths). Callers commit by `cache.with_lengths(...)`.
+      (hidden [B, T, D * max(1, len(taps))] before the final norm, cache with new entries
+      and unchanged lengths). Callers commit by `cache.with_lengths(...)`.
     """
     x = self.embed_tokens(tokens)
-    x, k, v = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v,
-                            cache.lengths)
+    out = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v, cache.lengths,
+                        collect=taps is not None)
+    x, k, v = out[:3]
+    if taps is not None:
+      for t in taps:
+        if not 0 <= t < self.cfg.num_layers:
+          raise ValueError(f"tap {t} is not a layer index of a {self.cfg.num_layers}-layer model")
+      x = jnp.concatenate([out[3][t] for t in taps], axis=-1)  # [B, T, D * len(taps)]
     return x, KVCache(k=k, v=v, lengths=cache.lengths)

@@ -111,3 +111,30 @@ def test_bf16_model_runs_close_to_f32(split):
   out, hidden = im.forward(g16, s16, seq)
   assert hidden.dtype == jnp.bfloat16 and out.dtype == jnp.float32
   assert np.abs(np.asarray(out) - np.asarray(ref)).max() < 0.05 * np.abs(np.asarray(ref)).max()
+
+
+def test_feature_taps(split):
+  """taps concatenate chosen layers' outputs; layer 0's equals a 1-layer model's output."""
+  graphdef, state = split
+  seq = _tokens(2, 7, seed=5)
+  lengths = np.array([7, 4], np.int32)
+  base = im.prefill(graphdef, state, im.KVCache.init(CFG, 2, 16), seq, lengths)
+  tapped = im.prefill(graphdef, state, im.KVCache.init(CFG, 2, 16), seq, lengths, taps=(0, 1))
+  assert tapped[1].shape == (2, 7, 2 * CFG.dim)
+  np.testing.assert_allclose(tapped[0], base[0], atol=ATOL)
+  np.testing.assert_allclose(tapped[1][..., CFG.dim:], base[1], atol=ATOL)
+  pure = nnx.to_pure_dict(state)
+  pure["layers"] = jax.tree.map(lambda x: x[:1], pure["layers"])
+  g1, s1 = nnx.split(im.Transformer(CFG.replace(num_layers=1), rngs=nnx.Rngs(0)))
+  nnx.replace_by_pure_dict(s1, pure)
+  _, first = im.forward(g1, s1, jnp.asarray(seq))
+  np.testing.assert_allclose(tapped[1][0, :, :CFG.dim], first[0], atol=ATOL)
+
+  cache = base[2]
+  drafts = jnp.asarray(_tokens(2, 3, seed=6))
+  logits, hidden, cache = im.verify(graphdef, state, cache, drafts)
+  t_logits, t_hidden, cache = im.verify(graphdef, state, cache, drafts, taps=(1, 0))
+  np.testing.assert_allclose(t_logits, logits, atol=ATOL)
+  np.testing.assert_allclose(t_hidden[..., :CFG.dim], hidden, atol=ATOL)
+  with pytest.raises(ValueError, match="tap 2"):
+    im.verify(graphdef, state, cache, drafts, taps=(2,))
