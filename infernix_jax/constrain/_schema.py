@@ -293,8 +293,12 @@ class _Normalizer(sm.Merger):
     if t in ("number", "integer"):
       lows, highs = [], []
       for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        if k in s and isinstance(s[k], bool) and self.draft7:
+          continue  # draft-04 boolean form: folded into minimum/maximum below
         if k in s:
           v = self.number(s, k, ptr)
+          if k in ("minimum", "maximum") and self.draft7 and s.get("exclusive" + k[0].upper() + k[1:]) is True:
+            k = "exclusive" + k[0].upper() + k[1:]
           (lows if "inimum" in k else highs).append((v, k.startswith("exclusive")))
       if lows:
         v, ex = max(lows)

@@ -18,17 +18,17 @@ class SearchBudgetExceeded(Exception):
   """The serialization search took more steps than allowed (result unknown)."""
 
 
-def _number_forms(v: Any) -> list[str]:
+def _number_forms(v: Any, integer_floats: bool = True) -> list[str]:
   forms = []
   if isinstance(v, int):
     return [str(v)]
   if isinstance(v, float):
-    if v.is_integer() and abs(v) < 1e18:
+    if integer_floats and v.is_integer() and abs(v) < 1e18:
       forms.append(str(int(v)))
     forms.append(json.dumps(v))
     return forms
   d = v if isinstance(v, Decimal) else Decimal(str(v))
-  if d == d.to_integral_value() and abs(d) < Decimal(10) ** 30:
+  if integer_floats and d == d.to_integral_value() and abs(d) < Decimal(10) ** 30:
     forms.append(str(int(d)))
   text = str(d)
   if text not in forms:
@@ -53,11 +53,14 @@ class Walker:
   Args:
     eos_id: the EOS token id that terminates a complete sentence.
     budget: maximum number of prefix feeds before giving up.
+    integer_floats: also spell an integral float (``1.0``) as an integer (``1``); right from
+      draft 6 on, where 1.0 is an integer, wrong for draft 4, where it is not.
   """
 
-  def __init__(self, eos_id: int, budget: int = 20000):
+  def __init__(self, eos_id: int, budget: int = 20000, integer_floats: bool = True):
     self.eos_id = eos_id
     self.budget = budget
+    self.integer_floats = integer_floats
 
   def accepts(self, matcher: Any, value: Any) -> bool:
     """True if some serialization of ``value`` followed by EOS terminates the matcher.
@@ -94,7 +97,7 @@ class Walker:
       return self._lit(m, "[", lambda m2: self._items(m2, v, 0, k))
     if v is None or isinstance(v, bool):
       return self._lit(m, json.dumps(v), k)
-    forms = _string_forms(v) if isinstance(v, str) else _number_forms(v)
+    forms = _string_forms(v) if isinstance(v, str) else _number_forms(v, self.integer_floats)
     return any(self._lit(m, f, k) for f in forms)
 
   def _items(self, m: Any, v: list, i: int, k) -> bool:

@@ -247,3 +247,12 @@ def test_random_walks_validate(byte_vocab, schema):
       value = json.loads(out.decode("utf-8"))
       assert validator.is_valid(value), (schema, out)
   assert done >= 5
+
+
+def test_draft04_boolean_exclusive_bounds(byte_vocab):
+  schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer",
+            "minimum": 0, "exclusiveMinimum": True, "maximum": 3, "exclusiveMaximum": False}
+  out = json.loads(_schema.check_json_schema(json.dumps(schema)).schema_json)
+  assert out == {"type": "integer", "minimum": 1, "maximum": 3}
+  for v, ok in ((0, False), (1, True), (3, True), (4, False)):
+    assert accepted(byte_vocab, schema, v) == ok
