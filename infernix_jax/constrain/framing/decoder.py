@@ -102,6 +102,13 @@ class _Text:
     self._dec = codecs.getincrementaldecoder("utf-8")(errors=errors)
     self.parts: list[str] = []
 
+  def copy(self) -> "_Text":
+    out = _Text.__new__(_Text)
+    out._dec = codecs.getincrementaldecoder("utf-8")(errors=self._dec.errors)
+    out._dec.setstate(self._dec.getstate())
+    out.parts = list(self.parts)
+    return out
+
   def feed(self, data: bytes, final: bool = False) -> str:
     s = self._dec.decode(data, final)
     if s:
@@ -155,8 +162,26 @@ class OutputDecoder:
   # --- public ----------------------------------------------------------------------------------
 
   def fork(self) -> "OutputDecoder":
-    """An independent copy (previews decode on a fork; commit keeps it)."""
-    return copy.deepcopy(self)
+    """An independent copy (previews decode on a fork; commit keeps it).
+
+    Immutable tables (token bytes, contracts) are shared; only the parse state is copied.
+    """
+    d = copy.copy(self)
+    d._reasoning = self._reasoning.copy()
+    d._content = self._content.copy()
+    d._calls = list(self._calls)
+    d._events = []
+    if self._call is not None:
+      c = dict(self._call)
+      for k in ("raw", "name", "pname", "value", "tag"):
+        if k in c:
+          c[k] = bytearray(c[k])
+      c["fragments"] = list(c["fragments"])
+      c["seen"] = set(c["seen"])
+      if c.get("vtext") is not None:
+        c["vtext"] = c["vtext"].copy()
+      d._call = c
+    return d
 
   def feed(self, ids) -> list:
     """Decodes committed ids; returns the events they produce, in order."""

@@ -182,3 +182,61 @@ def resolve_choice(tools: Sequence[ToolDefinition], choice: ToolChoice) -> tuple
   if choice.mode is ToolMode.REQUIRED and not callable_:
     raise ConstraintError("tool_choice required needs at least one declared tool")
   return callable_ if choice.mode is not ToolMode.NONE else ()
+
+
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}
+_BFCL_DROP = ("optional", "format")  # BFCL annotations outside JSON Schema / the subset
+
+
+def _bfcl_schema(node: Any) -> tuple[Any, bool]:
+  """One BFCL parameter schema in JSON Schema terms; flag = it used the untyped ``any``."""
+  if isinstance(node, list):
+    out = [_bfcl_schema(v) for v in node]
+    return [o for o, _ in out], any(a for _, a in out)
+  if not isinstance(node, Mapping):
+    return node, False
+  out: dict[str, Any] = {}
+  used_any = False
+  for k, v in node.items():
+    if k in _BFCL_DROP:
+      continue
+    if k == "type" and isinstance(v, str):
+      mapped = _BFCL_TYPES.get(v, v)
+      if mapped is None:
+        used_any = True
+        continue
+      out[k] = mapped
+    elif k == "properties" and isinstance(v, Mapping):
+      props = {}
+      for name, sub in v.items():
+        props[name], a = _bfcl_schema(sub)
+        used_any |= a
+      out[k] = props
+    elif k in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+      out[k], a = _bfcl_schema(v)
+      used_any |= a
+    else:
+      out[k] = v
+  return out, used_any
+
+
+def tools_from_bfcl(functions: Sequence[Mapping[str, Any]], *, strict: bool = True
+                    ) -> tuple[ToolDefinition, ...]:
+  """BFCL function entries as ToolDefinitions (``dict`` -> object, ``float`` -> number,
+  ``tuple`` -> array; the root closed with additionalProperties false for strict tools).
+
+  A function with an untyped ``any`` parameter cannot be strict (its raw/JSON encoding is
+  ambiguous) and is declared non-strict.
+  """
+  out = []
+  for fn in functions:
+    params, used_any = _bfcl_schema(fn.get("parameters", {}))
+    params = dict(params)
+    params.setdefault("type", "object")
+    params.setdefault("properties", {})
+    is_strict = strict and not used_any
+    if is_strict:
+      params["additionalProperties"] = False
+    out.append(ToolDefinition(fn["name"], fn.get("description", ""), params, is_strict))
+  check_unique(out)
+  return tuple(out)
