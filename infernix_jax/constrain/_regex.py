@@ -512,18 +512,82 @@ def check_regex(pattern: str) -> str:
   return _emit(node)
 
 
-def schema_pattern(pattern: str) -> tuple[str, str] | None:
+class LengthUnsupported(Exception):
+  """The pattern's language cannot be cut to a length range by our exact rewrites."""
+
+
+_INF = float("inf")
+
+
+def _length_range(node: Node) -> tuple[float, float]:
+  """(min, max) number of characters of the node's strings (max may be infinite)."""
+  if isinstance(node, Cls):
+    return 1, 1
+  if isinstance(node, Seq):
+    rs = [_length_range(i) for i in node.items]
+    return sum(r[0] for r in rs), sum(r[1] for r in rs)
+  if isinstance(node, Alt):
+    rs = [_length_range(o) for o in node.options]
+    return min(r[0] for r in rs), max(r[1] for r in rs)
+  lo, hi = _length_range(node.node)
+  return node.lo * lo, (_INF if node.hi is None else node.hi) * hi if hi else 0
+
+
+def _bound(node: Node, m: float, n: float) -> Node | None:
+  """The strings of ``node`` whose length lies in [m, n], exactly, or LengthUnsupported."""
+  lo, hi = _length_range(node)
+  if lo >= m and hi <= n:
+    return node
+  if lo > n or hi < m:
+    return None
+  if isinstance(node, Alt):
+    opts = [b for b in (_bound(o, m, n) for o in node.options) if b is not None]
+    return None if not opts else opts[0] if len(opts) == 1 else Alt(tuple(opts))
+  if isinstance(node, Rep):
+    w_lo, w_hi = _length_range(node.node)
+    if w_lo != w_hi or w_lo == 0:
+      raise LengthUnsupported()
+    w = int(w_lo)
+    k_lo = max(node.lo, -(-int(max(m, 0)) // w))
+    k_hi = n // w if n != _INF else None
+    if node.hi is not None:
+      k_hi = node.hi if k_hi is None else min(node.hi, int(k_hi))
+    if k_hi is not None and k_lo > k_hi:
+      return None
+    return Rep(node.node, int(k_lo), None if k_hi is None else int(k_hi))
+  if isinstance(node, Seq):
+    ranges = [_length_range(i) for i in node.items]
+    variable = [i for i, r in enumerate(ranges) if r[0] != r[1]]
+    if len(variable) != 1:
+      raise LengthUnsupported()
+    fixed = sum(r[0] for i, r in enumerate(ranges) if i != variable[0])
+    v = variable[0]
+    sub = _bound(node.items[v], max(m - fixed, 0), n - fixed)
+    if sub is None:
+      return None
+    return Seq(node.items[:v] + (sub,) + node.items[v + 1:])
+  raise LengthUnsupported()
+
+
+def schema_pattern(pattern: str, min_len: int = 0,
+                   max_len: int | None = None) -> tuple[str, str] | None:
   """Converts a JSON Schema ``pattern`` (search semantics) for xgrammar's JSON strings.
 
   The result is restricted to characters a JSON string may hold raw (xgrammar's pattern
-  strings admit no escapes, and would otherwise let raw control characters through).
+  strings admit no escapes, and would otherwise let raw control characters through). A
+  length range (minLength/maxLength, which xgrammar ignores next to a pattern) is folded in
+  exactly when the pattern's shape allows it (one variable-length part per alternative).
 
   Returns:
     ``(xgrammar_regex, python_regex)`` for whole-string matching of the string value, or None
-    if no JSON string can match. Raises RegexError.
+    if no JSON string can match. Raises RegexError, or LengthUnsupported when the length
+    range cannot be folded in.
   """
   branches = parse(pattern)
   node = _branches_node(branches, search=True, alphabet=JSON_SAFE)
+  if node is not None and (min_len or max_len is not None):
+    node = _bound(node, min_len, _INF if max_len is None else max_len)
+    node = None if node is None else _simplify(node, JSON_SAFE)
   if node is None:
     return None
   return _emit(node), _emit(node, python=True)

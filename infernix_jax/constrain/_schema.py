@@ -316,8 +316,6 @@ class _Normalizer(sm.Merger):
           self.invalid("pattern must be a string", f"{ptr}/pattern")
         try:
           _python_pattern(pat)
-          if _regex.schema_pattern(pat) is None:
-            return None  # no JSON string the grammar can write matches: nothing to generate
         except RegexError as e:
           raise RegexError(f"pattern: {e.message} (pattern position {e.location})",
                            f"{ptr}/pattern") from None
@@ -414,12 +412,19 @@ class _Normalizer(sm.Merger):
     ptr = nf.get("_at", "")
     lo, hi = nf.get("minLength", 0), nf.get("maxLength")
     if "pattern" in nf:
-      if lo or hi is not None:
+      try:
+        conv = _regex.schema_pattern(nf["pattern"], lo, hi)
+      except _regex.LengthUnsupported:
+        conv = False
+      if conv is False:
         key = "minLength" if lo else "maxLength"
-        self.fail("minLength/maxLength together with pattern are not enforced by the "
-                  "generation grammar; fold the length into the pattern (e.g. "
-                  "'^(?:...){m,n}$' on single characters)", f"{ptr}/{key}", key)
-      return {"type": "string", "pattern": _regex.schema_pattern(nf["pattern"])[0]}
+        self.fail("minLength/maxLength together with this pattern cannot be enforced exactly "
+                  "(it has several variable-length parts); fold the length into the pattern "
+                  "(e.g. '^[a-z]{2,8}$')", f"{ptr}/{key}", key)
+        conv = _regex.schema_pattern(nf["pattern"])
+      if conv is None:  # only reachable when lenient dropped nothing: caught in finish_leaf
+        raise SchemaError("no string satisfies both the pattern and the length bounds", ptr)
+      return {"type": "string", "pattern": conv[0]}
     if lo or hi is not None:
       if (hi if hi is not None else lo) > _regex.MAX_REPEAT:
         self.fail(f"string lengths above {_regex.MAX_REPEAT} are not supported", ptr or "",

@@ -11,6 +11,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
+from . import _regex
 from . import _schema_values as sv
 from .errors import UnsupportedSchemaError
 
@@ -64,6 +65,13 @@ def finish_leaf(leaf: dict) -> dict | None:
   if t == "string":
     if "maxLength" in leaf and leaf.get("minLength", 0) > leaf["maxLength"]:
       return None
+    if "pattern" in leaf:
+      try:
+        if _regex.schema_pattern(leaf["pattern"], leaf.get("minLength", 0),
+                                 leaf.get("maxLength")) is None:
+          return None  # no JSON string the grammar can spell matches: nothing to generate
+      except _regex.LengthUnsupported:
+        pass  # reported (or dropped if lenient) when the leaf is emitted
     return leaf
   if t == "array":
     prefix = list(leaf.get("prefixItems", []))
@@ -247,6 +255,10 @@ class Merger:
     if a["type"] == b["type"] == "object":
       ra, rb = set(a.get("required", [])), set(b.get("required", []))
       pa, pb = a.get("properties", {}), b.get("properties", {})
+      # One side requires a name the other (closed) side forbids.
+      if (b.get("additionalProperties") is False and any(k not in pb for k in ra)) or (
+          a.get("additionalProperties") is False and any(k not in pa for k in rb)):
+        return True
       return any(self.disjoint(pa.get(k, {}), pb.get(k, {}), depth + 1) for k in ra & rb)
     if a["type"] in ("integer", "number") and b["type"] in ("integer", "number"):
       return _ranges_disjoint(a, b)

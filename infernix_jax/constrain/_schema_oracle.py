@@ -69,7 +69,10 @@ class Walker:
     """
     self.steps = 0
     self._pieces: list[str] = []
-    ok = self._value(matcher, value, self._end)
+    try:
+      ok = self._value(matcher, value, self._end)
+    except RecursionError:  # the search nests per JSON token: very long values give up
+      raise SearchBudgetExceeded() from None
     self.text = "".join(self._pieces) if ok else None
     return ok
 
