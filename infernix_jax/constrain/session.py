@@ -233,11 +233,16 @@ class OutputSession:
     prefix the remaining forced bytes and that the matcher accepts. Only whole tokens inside
     the forced string are proposed, so each is legal; which tokenisation the target prefers
     is left to verification (the drafts are one-hot and verified, so output stays exact).
-    Never proposes EOS. No persistent side effect.
+    Never proposes EOS. No persistent side effect. When the forced bytes end inside a UTF-8
+    sequence the library cannot return them as text; then the fallback is a single-legal-
+    token walk (accept while exactly one non-EOS token is legal).
     """
     if max_n <= 0 or self._pending is not None or self._m.is_terminated():
       return []
-    forced = self._m.find_jump_forward_string()
+    try:
+      forced = self._m.find_jump_forward_string()
+    except UnicodeDecodeError:
+      return self._single_legal_walk(max_n)
     data = forced.encode("utf-8", errors="surrogateescape") if isinstance(forced, str) else forced
     if not data:
       return []
@@ -254,6 +259,29 @@ class OutputSession:
             break
         else:
           break
+    finally:
+      if out:
+        self._m.rollback(len(out))
+    return out
+
+  def _single_legal_walk(self, max_n: int) -> list[int]:
+    """Tokens accepted while the legal set is exactly one non-EOS token (then rolled back)."""
+    buf = np.zeros((1, self._w), np.int32)
+    eos = set(self.vocab.eos_ids)
+    out: list[int] = []
+    try:
+      while len(out) < max_n and not self._m.is_terminated():
+        self._m.fill_next_token_bitmask(buf, 0)
+        nz = np.flatnonzero(buf[0])
+        if len(nz) != 1:
+          break
+        word = int(buf[0, nz[0]]) & 0xFFFFFFFF
+        if word & (word - 1):
+          break
+        t = int(nz[0]) * 32 + word.bit_length() - 1
+        if t in eos or not self._m.accept_token(t):
+          break
+        out.append(t)
     finally:
       if out:
         self._m.rollback(len(out))

@@ -256,3 +256,14 @@ def test_schema_errors_and_lenient_drops():
     c.compile(ic.OutputConstraint.regex("(?=a)b"))
   with pytest.raises(ic.ConstraintError):  # no output is possible with this vocabulary
     ic.ConstraintCompiler(toy_vocab()).compile(ic.OutputConstraint.choice(["zz"]))
+
+
+def test_forced_tokens_inside_a_utf8_sequence():
+  # After the lead byte of "é" the continuation byte is forced; the library cannot return a
+  # partial UTF-8 jump-forward string, so the single-legal-token walk answers.
+  compiled = ic.ConstraintCompiler(_byte_vocab()).compile(ic.OutputConstraint.choice(["é!"]))
+  s = compiled.new_session()
+  assert s.forced_tokens(4) == [0xC3, 0xA9, ord("!")]
+  s.accept([0xC3])
+  assert s.forced_tokens(4) == [0xA9, ord("!")]
+  assert s.forced_tokens(1) == [0xA9]
