@@ -597,3 +597,32 @@ def search_regex(pattern: str) -> str:
   """A Python ``re`` pattern with ECMAScript semantics for whole-value matching (any value)."""
   node = _branches_node(parse(pattern), search=True, alphabet=ANY)
   return "(?!)" if node is None else _emit(node, python=True)
+
+
+def key_complement(names) -> str:
+  """Anchored xgrammar regex of the escape-free JSON key spellings that are none of ``names``.
+
+  xgrammar 0.2.8 lets an additional property key spelled with escapes (``"\\u0061"``) or a
+  declared name through the additionalProperties path, so an object could repeat a declared
+  key with a value its schema forbids. Additional keys are therefore routed through a
+  pattern that excludes every declared name and admits no escapes (a narrowing).
+  """
+  trie: dict = {}
+  for name in names:
+    if all(any(lo <= ord(ch) <= hi for lo, hi in JSON_SAFE) for ch in name):
+      node = trie
+      for ch in name:
+        node = node.setdefault(ch, {})
+      node[None] = {}  # terminal marker
+  any_run = Rep(Cls(JSON_SAFE), 0, None)
+
+  def build(node: dict) -> Node:
+    children = sorted(k for k in node if k is not None)
+    other = intersect(JSON_SAFE, complement(normalize((ord(c), ord(c)) for c in children)))
+    options: list[Node] = [] if None in node else [_EPS]
+    if other:
+      options.append(Seq((Cls(other), any_run)))
+    options += [Seq((Cls(((ord(c), ord(c)),)), build(node[c]))) for c in children]
+    return options[0] if len(options) == 1 else Alt(tuple(options))
+
+  return "^(" + _emit(_simplify(build(trie), JSON_SAFE)) + ")$"

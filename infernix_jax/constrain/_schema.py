@@ -397,8 +397,17 @@ class _Normalizer(sm.Merger):
     if nf.get("type") == "string":
       return self.emit_string(nf)
     out = {}
+    if nf.get("type") == "object" and nf.get("properties") and (
+        nf.get("additionalProperties", {}) is not False):
+      nf = dict(nf)  # route additional keys through an exact, escape-free key pattern
+      nf["patternProperties"] = {_regex.key_complement(nf["properties"]):
+                                 nf.pop("additionalProperties")}
+      nf["additionalProperties"] = False
     for k, v in nf.items():
       if k.startswith("_"):
+        continue
+      if k == "patternProperties":
+        out[k] = {pk: self.emit(pv) for pk, pv in v.items()}
         continue
       if k in ("properties",):
         out[k] = {pk: self.emit(pv) for pk, pv in v.items()}

@@ -197,6 +197,9 @@ REWRITES = [
                  "additionalProperties": False}]},
      [{"a": 1}, {"a": -1}, {"a": 1, "b": "s"}, {"c": 1}, {"b": 2}]),
     ({"type": ["integer", "null"], "maximum": 0}, [None, 0, 1, "x"]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "ab": {}},
+      "additionalProperties": {"type": "string"}},
+     [{"a": 1, "abc": "x"}, {"a": "x"}, {"ab": 1, "b": "s"}, {"b": 2}, {"": "e", "a": 0}]),
     ({"type": "string", "pattern": "^[a-c]+$", "minLength": 2, "maxLength": 3},
      ["a", "ab", "abc", "abca", "abd"]),
     ({"type": "string", "pattern": "^x[0-9]*$|^(yz)+$", "maxLength": 4},
@@ -270,3 +273,14 @@ def test_draft04_boolean_exclusive_bounds(byte_vocab):
   assert out == {"type": "integer", "minimum": 1, "maximum": 3}
   for v, ok in ((0, False), (1, True), (3, True), (4, False)):
     assert accepted(byte_vocab, schema, v) == ok
+
+
+def test_additional_keys_cannot_respell_declared_names(byte_vocab):
+  """xgrammar alone accepts {"\\u0061": "x"} next to a declared integer "a"; we must not."""
+  schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+  m = matcher_for(byte_vocab, schema)
+  assert not (m.accept_string(b'{"\\u0061":"x"}') and m.accept_token(EOS))
+  m = matcher_for(byte_vocab, schema)
+  assert not (m.accept_string(b'{"a":1,"a":"x"}') and m.accept_token(EOS))
+  m = matcher_for(byte_vocab, schema)
+  assert m.accept_string(b'{"a":1,"b":"x"}') and m.accept_token(EOS) and m.is_terminated()
