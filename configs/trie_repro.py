@@ -17,6 +17,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.k_values = (10, 50, 100, 500, 1000, 2000, 5000, 10000, 50000, 100000)  # synthetic tool K
   c.engines = ("trie", "xgrammar-regex", "xgrammar-json", "xgrammar-gbnf", "llguidance")  # peers
   c.xgr_max_k = 10000                    # largest K compiled with XGrammar (K=100k takes minutes)
+  c.xgr_big_variants = ("regex",)        # XGrammar variants compiled above K = 10,000 (1 repeat)
   c.xgr_step_variant = "regex"           # XGrammar variant whose per-step/batch cost is measured
   c.llg_max_k = 100000                   # largest K compiled with LLGuidance
   c.warm_repeats = 3                     # warm compiles per (engine, K); the median is reported
@@ -27,5 +28,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.extra_sets = ("icd10cm", "labels")   # ICD-10-CM billable codes and shared label sets
   c.gen_vocabs = ("smollm2", "qwen3", "cl100k", "llama3", "o200k")  # generalization sweep
   c.gen_k = (1000, 10000)                # K values of the generalization sweep
+  c.sections = ("dispatch", "main", "extra", "gen")  # parts of the study to run
+  c.dispatch_k = (2, 5, 10, 20, 32, 50, 100, 200)  # K values of the dispatch-threshold sweep
+  c.dispatch_repeats = 7                 # compiles per (engine, K) in that sweep (median CPU)
   c.seed = 0                             # sampling seed (sets, paths, batch states)
   return c

@@ -191,7 +191,7 @@ class _LLTok:
 
 
 class LLGuidanceEngine:
-  """LLGuidance (PyPI ``llguidance``): a Lark grammar ``start: "v1" | "v2" | ...``."""
+  """LLGuidance (PyPI ``llguidance``): a Lark grammar ``start: VALUE; VALUE: "v1" | "v2" | ...``."""
 
   name = "llguidance"
 
@@ -212,7 +212,9 @@ class LLGuidanceEngine:
     """Grammar construction + first mask (the paper's LLGuidance compile measure)."""
     if self.tok is None:
       self.index_seconds()
-    grammar = "start: " + " | ".join(json.dumps(v) for v in values)
+    # One lexer terminal (uppercase rule): llguidance builds its lexer DFA lazily; a parser-level
+    # alternation of K literals hits its Earley row limit (2,000 items) at K = 10,000.
+    grammar = "start: VALUE\nVALUE: " + " | ".join(json.dumps(v) for v in values)
     m = self.llg.LLMatcher(self.tok, grammar)
     if m.is_error():
       raise RuntimeError(m.get_error())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import dataclasses
 import time
 
 import numpy as np
@@ -55,10 +56,11 @@ class TrieAutomaton:
     self.end = self.n_nodes
     self.dead = self.n_nodes + 1
     self.mask_words = mask_layout.mask_words(self.vocab_size)
-    # Python lists make the per-step scalar lookups cheap (no numpy scalar boxing).
-    self._wp = self.word_ptr.tolist()
-    self._rp = self.row_ptr.tolist()
-    self._dense_of = self.dense_of.tolist()
+    # array.array views make the per-step scalar lookups cheap (indexing yields Python ints,
+    # no numpy scalar boxing) at the arrays' own size (a memcpy, no per-element objects).
+    self._wp = array.array("q", self.word_ptr.astype(np.int64).tobytes())
+    self._rp = array.array("q", self.row_ptr.astype(np.int64).tobytes())
+    self._dense_of = array.array("i", self.dense_of.astype(np.int32).tobytes())
     self._ids = array.array("i", self.ids.tobytes())
     self._wi = array.array("i", self.word_idx.astype(np.int32).tobytes())
     self._wv = array.array("i", self.word_val.astype(np.int32).tobytes())
@@ -106,9 +108,9 @@ class TrieAutomaton:
     s = np.concatenate(starts) if starts else np.zeros(0, np.int64)
     t = np.concatenate(toks) if toks else np.zeros(0, np.int64)
     d = np.concatenate(dests) if dests else np.zeros(0, np.int64)
-    order = np.argsort(s * v_size + t)
+    order = np.argsort(s * v_size + t, kind="stable")   # timsort: merges the per-round sorted runs
     s, t, d = s[order], t[order], d[order]
-    row_ptr = np.searchsorted(s, np.arange(n + 3)).astype(np.int64)
+    row_ptr = _ptr(s, n + 2)
     # Mask words: group (node, word) runs of the sorted pairs and OR their bits.
     word = t >> 5
     key = s * w + word
@@ -131,14 +133,14 @@ class TrieAutomaton:
     dense[dense_of[wnode[in_wide]], widx[in_wide]] = wval[in_wide]
     keep = ~in_wide
     widx, wval, wnode = widx[keep], wval[keep], wnode[keep]
-    word_ptr = np.searchsorted(wnode, np.arange(n + 3)).astype(np.int64)
+    word_ptr = _ptr(wnode, n + 2)
     terminal = np.zeros(n + 2, dtype=bool)
     terminal[term_nodes] = True
     return cls(vocab_size=v_size, n_nodes=n, n_eos=int(eos.size), n_values=len(trie.strings),
                n_chars=trie.n_chars,
                row_ptr=row_ptr, ids=t.astype(np.int32), next=d.astype(np.int32),
                terminal=terminal, word_ptr=word_ptr, word_idx=widx, word_val=wval,
-               dense_of=dense_of, dense=dense, trie=trie,
+               dense_of=dense_of, dense=dense, trie=dataclasses.replace(trie, strings=()),
                build_seconds=time.perf_counter() - t0)
 
   # --- queries ---------------------------------------------------------------------------------
@@ -219,10 +221,18 @@ class TrieAutomaton:
     return self.row_ptr[nodes + 1] > self.row_ptr[nodes]
 
   def memory_bytes(self) -> int:
-    """Bytes of the per-constraint tables (transitions, words, dense rows, node flags)."""
+    """Bytes of the per-constraint tables (transitions, words, dense rows, trie arrays)."""
+    t = self.trie
     arrays = (self.row_ptr, self.ids, self.next, self.terminal, self.word_ptr, self.word_idx,
-              self.word_val, self.dense_of, self.dense)
+              self.word_val, self.dense_of, self.dense, t.parent, t.byte, t.depth, t.child_ptr)
     return int(sum(a.nbytes for a in arrays))
+
+
+def _ptr(sorted_rows: np.ndarray, n_rows: int) -> np.ndarray:
+  """CSR pointers int64 [n_rows + 1] of a sorted row-id array (counting, no search)."""
+  ptr = np.zeros(n_rows + 1, dtype=np.int64)
+  np.cumsum(np.bincount(sorted_rows, minlength=n_rows), out=ptr[1:])
+  return ptr
 
 
 def _segments(ptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

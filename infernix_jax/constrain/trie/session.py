@@ -186,21 +186,32 @@ class TrieSession:
     Same method as the XGrammar-backed session: the forced bytes are the chain of
     single-child, non-final trie nodes from the current state (every legal continuation
     starts with them); they are tokenized greedily by the longest legal token lying inside
-    them. Never proposes EOS. No side effect.
+    them. When the forced bytes are not valid UTF-8 (they end inside a character), the
+    fallback is a single-legal-token walk, as there. Never proposes EOS. No side effect.
     """
     a = self.automaton
     node = self._stack[-1]
     if max_n <= 0 or self._mark is not None or node >= a.n_nodes:
       return []
     trie = a.trie
-    forced = 0           # forced bytes ahead of `node`
+    forced = bytearray()
     m = node
     while not a.terminal[m] and trie.child_ptr[m + 1] - trie.child_ptr[m] == 1:
       m = int(trie.child_ptr[m])
-      forced += 1
+      forced.append(int(trie.byte[m]))
     out: list[int] = []
-    depth_end = int(trie.depth[node]) + forced
-    while forced and len(out) < max_n:
+    try:
+      forced.decode("utf-8")
+    except UnicodeDecodeError:
+      while len(out) < max_n and a.legal_count(node) == 1:
+        nxt = int(a.legal_next(node)[0])
+        if nxt >= a.n_nodes:          # the only legal token is EOS
+          break
+        out.append(int(a.legal_ids(node)[0]))
+        node = nxt
+      return out
+    depth_end = int(trie.depth[node]) + len(forced)
+    while int(trie.depth[node]) < depth_end and len(out) < max_n:
       best, best_len, best_next = -1, 0, -1
       for tok, nxt in zip(a.legal_ids(node).tolist(), a.legal_next(node).tolist()):
         if nxt < a.n_nodes:
@@ -211,5 +222,4 @@ class TrieSession:
         break
       out.append(best)
       node = best_next
-      forced -= best_len
     return out

@@ -1,0 +1,291 @@
+"""Turns the study's JSON lines into docs/results/trie.md tables and PNG plots (paper values beside ours).
+
+  python -m experiments.trie_repro.report RESULTS.jsonl [MORE.jsonl ...] [--out docs/results/trie.md]
+
+Later files (and later lines) override earlier measurements of the same key, so a full run can be
+layered over a reduced one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+# Published values of the paper (Qwen3-8B, A100 host CPU; section 5, appendices H and M).
+PAPER = {
+    "trie_step_us": 0.65,                                  # Table 4, flat in K
+    "xgr_step_us": {10: 9.5, 100: 5.4, 1000: 5.8},          # Table 4 / section 5.1
+    "llg_step_us": "73-141",                               # Table 18
+    "trie_compile_ms": {10: "30-40", 100: "30-40", 1000: "33", 10000: "40", 100000: "67"},
+    "xgr_compile_ms": {1000: "246 (warm)", 10000: "1207 (warm)", 100000: "2700"},
+    "llg_compile_ms": {100: "0.6", 10000: "24"},
+    "batch128_us": {"trie": 10.0, "xgrammar": 783.0, "llguidance": 3700.0},  # Table 19, K=1000
+    "trie_mem_mb": {10000: 0.9, 100000: 8.0},             # Table 10
+    "r": {"tools": 0.40, "icd10cm": 0.19},                 # Table 14
+}
+GOALS = {"warm10k_ms": 100.0, "warm100k_ms": 1000.0, "step_us": 2.0, "batch128_ms": 0.3}
+
+
+def load(paths) -> dict:
+  """{(vocab, set, k, engine, metric): value} with later records overriding earlier ones."""
+  out = {}
+  for p in paths:
+    for line in Path(p).read_text().splitlines():
+      if line.strip():
+        r = json.loads(line)
+        out[(r["vocab"], r["set"], r["k"], r["engine"], r["metric"])] = r["value"]
+  return out
+
+
+def _get(d, *key, scale=1.0, fmt="{:.3g}"):
+  v = d.get(key)
+  if v is None or isinstance(v, str):
+    return "—" if v is None else "skip"
+  return fmt.format(v * scale)
+
+
+def _ks(d, vocab, set_):
+  return sorted({k for (v, s, k, _, _) in d if v == vocab and s == set_})
+
+
+def tables(d, main="qwen3") -> list[str]:
+  """The markdown sections (list of lines)."""
+  L = []
+  ks = _ks(d, main, "tools")
+  L += ["## Compile time (synthetic tool names, Qwen3 vocabulary)", "",
+        "Milliseconds. *cold* includes building the per-vocabulary index (trie) or tokenizer "
+        "info (XGrammar) or LLTokenizer (LLGuidance); *warm* reuses it (median of repeats). "
+        "LLGuidance compile = grammar construction + first mask, as in the paper.", "",
+        "| K | r | trie cold | trie warm | trie warm CPU | XGr regex warm | XGr regex CPU | "
+        "XGr JSON enum warm | XGr GBNF warm | LLGuidance warm | paper trie | paper XGr |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for k in ks:
+    g = lambda e, m: _get(d, main, "tools", k, e, m, scale=1e3)  # noqa: E731
+    L.append(f"| {k:,} | {_get(d, main, 'tools', k, 'trie', 'r', fmt='{:.2f}')} | "
+             f"{g('trie', 'compile_cold_s')} | {g('trie', 'compile_warm_s')} | "
+             f"{g('trie', 'compile_warm_cpu_s')} | {g('xgrammar-regex', 'compile_warm_s')} | "
+             f"{g('xgrammar-regex', 'compile_warm_cpu_s')} | {g('xgrammar-json', 'compile_warm_s')} | "
+             f"{g('xgrammar-gbnf', 'compile_warm_s')} | {g('llguidance', 'compile_warm_s')} | "
+             f"{PAPER['trie_compile_ms'].get(k, '')} | {PAPER['xgr_compile_ms'].get(k, '')} |")
+  idx = [d.get((main, "tools", k, "trie", "index_s")) for k in ks]
+  idx = [x for x in idx if isinstance(x, float)]
+  if idx:
+    L += ["", f"Trie index build (once per vocabulary, cached): median "
+              f"{sorted(idx)[len(idx) // 2] * 1e3:.0f} ms over {len(idx)} cold builds."]
+  L += ["", "## Per-step mask cost (lookup + copy into the caller's W-word buffer)", "",
+        "Microseconds per state, over the states that generate sampled values (longest-token "
+        "tokenization, EOS included). *trie loop* = mean of a tight loop of `fill` calls "
+        "without a per-call timer.", "",
+        "| K | trie median | trie p99 | trie loop | XGrammar median | LLGuidance median | "
+        "paper trie | paper XGr |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for k in ks:
+    g = lambda e, m: _get(d, main, "tools", k, e, m, scale=1e6)  # noqa: E731
+    L.append(f"| {k:,} | {g('trie', 'step_median_s')} | {g('trie', 'step_p99_s')} | "
+             f"{g('trie', 'step_loop_s')} | {g('xgrammar-regex', 'step_median_s')} | "
+             f"{g('llguidance', 'step_median_s')} | {PAPER['trie_step_us']} | "
+             f"{PAPER['xgr_step_us'].get(k, '')} |")
+  bks = sorted({k for (v, s, k, e, m) in d if v == main and s == "tools" and m == "batch128_s"})
+  bs = sorted({int(m[5:-2]) for (v, s, k, e, m) in d if m.startswith("batch") and v == main})
+  if bks:
+    L += ["", "## Batch fill (one mask for each of B rows at random generation states)", "",
+          "Microseconds per batch step, single thread for every engine (trie: one vectorized "
+          "`fill_many`; XGrammar: `BatchGrammarMatcher` with 1 thread; LLGuidance: `LLExecutor(1)`). "
+          "Paper (K=1,000, B=128): trie 10, XGrammar 783, LLGuidance 3,700.", "",
+          "| K | B | trie | XGrammar | LLGuidance |", "|---:|---:|---:|---:|---:|"]
+    for k in bks:
+      for b in bs:
+        g = lambda e: _get(d, main, "tools", k, e, f"batch{b}_s", scale=1e6)  # noqa: E731
+        L.append(f"| {k:,} | {b} | {g('trie')} | {g('xgrammar-regex')} | {g('llguidance')} |")
+  L += ["", "## Memory", "",
+        "Per-constraint tables (transitions + mask words + dense rows), bytes as MB. The shared "
+        "index is reported once per vocabulary.", "",
+        "*legal ids MB* is the paper's measure (sum of |valid[n]| x 4 bytes); *trie MB* is "
+        "everything this implementation keeps (ids, next nodes, mask words, trie arrays).", "",
+        "| K | trie nodes | legal pairs | legal ids MB | trie MB | XGrammar compiled MB | "
+        "paper trie MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|"]
+  for k in ks:
+    L.append(f"| {k:,} | {_get(d, main, 'tools', k, 'trie', 'nodes', fmt='{:,.0f}')} | "
+             f"{_get(d, main, 'tools', k, 'trie', 'legal_pairs', fmt='{:,.0f}')} | "
+             f"{_get(d, main, 'tools', k, 'trie', 'ids_bytes', scale=1e-6, fmt='{:.2f}')} | "
+             f"{_get(d, main, 'tools', k, 'trie', 'memory_bytes', scale=1e-6, fmt='{:.2f}')} | "
+             f"{_get(d, main, 'tools', k, 'xgrammar-regex', 'memory_bytes', scale=1e-6, fmt='{:.2f}')} | "
+             f"{PAPER['trie_mem_mb'].get(k, '')} |")
+  ib = d.get((main, "tools", ks[0], "trie", "index_bytes")) if ks else None
+  if ib:
+    L += ["", f"Index memory ({main}): {ib / 1e6:.1f} MB."]
+  others = sorted({s for (v, s, k, e, m) in d if v == main and s not in ("tools", "tools-gen")})
+  if others:
+    L += ["", "## Other enum sets (Qwen3)", "",
+          "| set | K | r (ours) | r (paper) | trie warm ms | XGrammar warm ms | LLGuidance ms | "
+          "trie step us | XGrammar step us | LLGuidance step us | trie MB |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in others:
+      for k in _ks(d, main, s):
+        g = lambda e, m, sc: _get(d, main, s, k, e, m, scale=sc)  # noqa: E731
+        L.append(f"| {s} | {k:,} | {_get(d, main, s, k, 'trie', 'r', fmt='{:.2f}')} | "
+                 f"{PAPER['r'].get(s, '')} | {g('trie', 'compile_warm_s', 1e3)} | "
+                 f"{g('xgrammar-regex', 'compile_warm_s', 1e3)} | "
+                 f"{g('llguidance', 'compile_warm_s', 1e3)} | {g('trie', 'step_median_s', 1e6)} | "
+                 f"{g('xgrammar-regex', 'step_median_s', 1e6)} | "
+                 f"{g('llguidance', 'step_median_s', 1e6)} | "
+                 f"{_get(d, main, s, k, 'trie', 'memory_bytes', scale=1e-6, fmt='{:.2f}')} |")
+  gen = sorted({v for (v, s, k, e, m) in d if s == "tools-gen"})
+  if gen:
+    L += ["", "## Generalization across vocabularies (synthetic tools)", "",
+          "| vocabulary | K | index build ms | trie warm ms | trie step us | XGrammar warm ms | "
+          "XGrammar step us |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for v in gen:
+      for k in _ks(d, v, "tools-gen"):
+        g = lambda e, m, sc: _get(d, v, "tools-gen", k, e, m, scale=sc)  # noqa: E731
+        L.append(f"| {v} | {k:,} | {g('trie', 'index_s', 1e3)} | {g('trie', 'compile_warm_s', 1e3)} | "
+                 f"{g('trie', 'step_median_s', 1e6)} | {g('xgrammar-regex', 'compile_warm_s', 1e3)} | "
+                 f"{g('xgrammar-regex', 'step_median_s', 1e6)} |")
+  dk = _ks(d, main, "dispatch")
+  if dk:
+    L += ["", "## Dispatch threshold (`backend=\"auto\"`)", "",
+          "Warm compile CPU ms of the trie vs the project's XGrammar-backed choice (exact-bytes "
+          "GBNF), median of repeats. `auto` routes a choice to the trie from the smallest K "
+          "where the trie compiles faster for that K and every larger one measured; the trie's "
+          "per-step cost is at or below XGrammar's at every K (table above).", "",
+          "| K | trie | XGrammar GBNF | XGrammar / trie |", "|---:|---:|---:|---:|"]
+    faster = []
+    for k in dk:
+      a = d.get((main, "dispatch", k, "trie", "compile_warm_cpu_s"))
+      b = d.get((main, "dispatch", k, "xgrammar-gbnf", "compile_warm_cpu_s"))
+      if isinstance(a, float) and isinstance(b, float):
+        L.append(f"| {k} | {a * 1e3:.3f} | {b * 1e3:.3f} | {b / a:.2f} |")
+        faster.append((k, a < b))
+    thr = next((k for i, (k, _) in enumerate(faster) if all(f for _, f in faster[i:])), None)
+    L += ["", f"Measured crossover: K = {thr} (the library default `trie.DEFAULT_THRESHOLD` "
+              "is set from this)."]
+  L += ["", "## Goals (issue 5) against this run", ""] + goals(d, main)
+  return L
+
+
+def goals(d, main) -> list[str]:
+  def v(k, e, m):
+    x = d.get((main, "tools", k, e, m))
+    return x if isinstance(x, float) else None
+
+  rows = ["| goal | measured | met |", "|---|---:|---|"]
+  w10, w100 = v(10000, "trie", "compile_warm_s"), v(100000, "trie", "compile_warm_s")
+  c10, c100 = v(10000, "trie", "compile_warm_cpu_s"), v(100000, "trie", "compile_warm_cpu_s")
+  for name, val, lim in (("warm compile K=10k <= 100 ms (wall)", w10, GOALS["warm10k_ms"]),
+                         ("warm compile K=10k <= 100 ms (CPU)", c10, GOALS["warm10k_ms"]),
+                         ("warm compile K=100k <= 1 s (wall)", w100, GOALS["warm100k_ms"]),
+                         ("warm compile K=100k <= 1 s (CPU)", c100, GOALS["warm100k_ms"])):
+    rows.append(f"| {name} | {'—' if val is None else f'{val * 1e3:.1f} ms'} | "
+                f"{'—' if val is None else ('yes' if val * 1e3 <= lim else 'no')} |")
+  steps = [v(k, "trie", "step_median_s") for k in _ks(d, main, "tools")]
+  steps = [s for s in steps if s is not None]
+  if steps:
+    mx = max(steps) * 1e6
+    rows.append(f"| per-step <= 2 us at every K (median per K) | max {mx:.2f} us, min "
+                f"{min(steps) * 1e6:.2f} us | {'yes' if mx <= GOALS['step_us'] else 'no'} |")
+  b = [v(k, "trie", "batch128_s") for k in _ks(d, main, "tools")]
+  b = [x for x in b if x is not None]
+  if b:
+    mx = max(b) * 1e3
+    rows.append(f"| batch B=128 <= 0.3 ms | max {mx:.3f} ms | "
+                f"{'yes' if mx <= GOALS['batch128_ms'] else 'no'} |")
+  return rows
+
+
+def plots(d, out_dir: Path, main="qwen3") -> list[str]:
+  """Writes PNG plots; returns their file names."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  ks = _ks(d, main, "tools")
+  names = []
+
+  def series(e, m, scale):
+    xs, ys = [], []
+    for k in ks:
+      y = d.get((main, "tools", k, e, m))
+      if isinstance(y, float):
+        xs.append(k)
+        ys.append(y * scale)
+    return xs, ys
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for e, m, lab in (("trie", "compile_warm_s", "trie (warm index)"),
+                    ("trie", "compile_cold_s", "trie (cold index)"),
+                    ("xgrammar-regex", "compile_warm_s", "XGrammar regex"),
+                    ("xgrammar-json", "compile_warm_s", "XGrammar JSON enum"),
+                    ("xgrammar-gbnf", "compile_warm_s", "XGrammar GBNF"),
+                    ("llguidance", "compile_warm_s", "LLGuidance")):
+    xs, ys = series(e, m, 1e3)
+    if xs:
+      ax.plot(xs, ys, marker="o", label=lab)
+  ax.plot([10, 100, 1000, 10000, 100000], [35, 35, 33, 40, 67], "k--", label="paper trie (Rust)")
+  ax.plot([1000, 10000], [246, 1207], "k:", marker="x", label="paper XGrammar (warm)")
+  ax.set(xscale="log", yscale="log", xlabel="K (synthetic tool names)", ylabel="compile ms",
+         title=f"Compile time vs K ({main})")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out_dir / "trie_compile.png", dpi=110)
+  names.append("trie_compile.png")
+  plt.close(fig)
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for e, lab in (("trie", "trie"), ("xgrammar-regex", "XGrammar"), ("llguidance", "LLGuidance")):
+    xs, ys = series(e, "step_median_s", 1e6)
+    if xs:
+      ax.plot(xs, ys, marker="o", label=f"{lab} (median)")
+  ax.axhline(PAPER["trie_step_us"], color="k", ls="--", label="paper trie 0.65 us")
+  ax.plot([10, 100, 1000], [9.5, 5.4, 5.8], "k:", marker="x", label="paper XGrammar")
+  ax.axhline(2.0, color="r", ls="-.", lw=0.8, label="goal 2 us")
+  ax.set(xscale="log", yscale="log", xlabel="K", ylabel="us per step",
+         title=f"Per-step mask cost vs K ({main})")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out_dir / "trie_step.png", dpi=110)
+  names.append("trie_step.png")
+  plt.close(fig)
+
+  bks = sorted({k for (v, s, k, e, m) in d if v == main and s == "tools" and m == "batch128_s"})
+  if bks:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bs = sorted({int(m[5:-2]) for (v, s, k, e, m) in d if m.startswith("batch") and v == main})
+    for k in bks:
+      for e, lab in (("trie", "trie"), ("xgrammar-regex", "XGrammar"), ("llguidance", "LLGuidance")):
+        ys = [d.get((main, "tools", k, e, f"batch{b}_s")) for b in bs]
+        pts = [(b, y * 1e6) for b, y in zip(bs, ys) if isinstance(y, float)]
+        if pts:
+          ax.plot(*zip(*pts), marker="o", label=f"{lab} K={k:,}")
+    ax.plot([128], [10], "k*", ms=10, label="paper trie B=128")
+    ax.plot([128], [783], "kx", ms=10, label="paper XGrammar B=128")
+    ax.plot([128], [3700], "k+", ms=12, label="paper LLGuidance B=128")
+    ax.set(xscale="log", yscale="log", xlabel="B", ylabel="us per batch step",
+           title=f"Batch mask fill ({main})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "trie_batch.png", dpi=110)
+    names.append("trie_batch.png")
+    plt.close(fig)
+  return names
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("results", nargs="+")
+  ap.add_argument("--out", default="docs/results/trie_tables.md")
+  ap.add_argument("--plots", default="docs/results")
+  args = ap.parse_args()
+  d = load(args.results)
+  out = Path(args.out)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  names = plots(d, Path(args.plots))
+  lines = ["<!-- generated by experiments/trie_repro/report.py; do not edit by hand -->", ""]
+  lines += tables(d) + [""] + [f"![{n}]({n})" for n in names]
+  out.write_text("\n".join(lines) + "\n")
+  print(out)
+
+
+if __name__ == "__main__":
+  main()
