@@ -15,12 +15,14 @@ from infernix_jax.constrain.framing.decoder import (ContentDelta, DecodedOutput,
                                                     ToolCallDelta, ToolCallEnd, ToolCallStart)
 from infernix_jax.constrain.framing.grammar import ContentGrammar, FramedGrammar, build_grammar
 from infernix_jax.constrain.framing.prepare import PreparedOutput, prepare_output
+from infernix_jax.constrain.framing.request import decode_output, prepare_for_request
 from infernix_jax.constrain.framing.session import (CompiledFraming, FramedSession,
                                                     FramingCompiler, NameCompanion)
 from infernix_jax.constrain.framing.thinking import (FORCED_CLOSE, THINK_SEPARATOR, OutputPhase,
                                                      QwenFraming, phase_of_prompt)
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
-                                                  ToolPolicy, parse_tools, resolve_choice)
+                                                  ToolPolicy, parse_tools, resolve_choice,
+                                                  tools_from_bfcl)
 
 __all__ = [
     "ChatTemplate", "CompiledFraming", "ContentDelta", "ContentGrammar", "DecodeError",
@@ -29,5 +31,6 @@ __all__ = [
     "PreparedOutput", "QwenFraming", "ReasoningDelta", "THINK_SEPARATOR", "ToolCall",
     "ToolCallDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "ToolContract",
     "ToolDefinition", "ToolMode", "ToolPolicy", "build_grammar", "parse_tools",
-    "phase_of_prompt", "prepare_output", "resolve_choice",
+    "decode_output", "phase_of_prompt", "prepare_for_request", "prepare_output",
+    "resolve_choice", "tools_from_bfcl",
 ]
