@@ -1,4 +1,4 @@
-"""The one place that turns a request into its OutputSession (content constraint; tools later)."""
+"""The one place that turns a request into its OutputSession (content constraint, tools)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ def build_session(request: GenerationRequest, compiler: Any):
   Raises:
     ConstraintError: the constraint is invalid or unsupported (user error, nothing queued).
   """
-  if request.tools is not None:
-    raise FeatureConflictError("tool constraints are not wired into this engine yet")
+  framed = _framed_session(request, compiler)
+  if framed is not None:
+    return framed
   if request.constraint is None:
     return None, None
   t0 = time.perf_counter()
@@ -61,6 +62,29 @@ def build_session(request: GenerationRequest, compiler: Any):
   report = ConstraintReport(kind=constraint_kind(request.constraint))
   report.cache = _cache_status(compiled, compiler)
   report.compile_seconds = float(getattr(compiled, "compile_seconds", None) or seconds)
+  return session, report
+
+
+def _framed_session(request: GenerationRequest, compiler: Any):
+  """Tools, or a content constraint after a thinking prompt: one framed grammar (issue 7).
+
+  Returns None when the plain content path applies; else (FramedSession or None, report).
+  """
+  from infernix_jax.constrain import framing
+
+  t0 = time.perf_counter()
+  prepared = framing.prepare_for_request(compiler.vocab, request.prompt_ids, tools=request.tools,
+                                         tool_choice=request.tool_choice,
+                                         constraint=request.constraint)
+  if prepared is None:
+    return None
+  session = prepared.new_session()
+  if session is None:  # tools on the free route (Automatic policy): decode only
+    return None, None
+  kind = constraint_kind(request.constraint) if request.constraint is not None else "tools"
+  report = ConstraintReport(kind=kind, branch=session.branch)
+  report.cache = prepared.compiled.cache_status
+  report.compile_seconds = time.perf_counter() - t0
   return session, report
 
 
