@@ -242,3 +242,53 @@ def test_forced_close_mid_round(prepared, qwen3_vocab):  # noqa: F811
   close = s_ref.forced_close_tokens() if False else fr.QwenFraming.from_vocab(
       qwen3_vocab).forced_close_tokens()
   assert ref[11:14] == close  # injected exactly at the budget, after a complete round
+
+
+# --- engine level: tiny random Qwen3 weights, the real Qwen3 vocabulary ----------------------
+
+ENUM_TOOL = {"name": "set_mode", "strict": True, "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["mode", "on"],
+    "properties": {"mode": {"enum": ["eco", "turbo", "quiet"]}, "on": {"type": "boolean"},
+                   "level": {"enum": [1, 2, 3]}}}}
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3():
+  from flax import nnx
+
+  from infernix_jax import models as im
+  cfg = im.ModelConfig(vocab_size=151936, dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                       head_dim=16, ffn_dim=64, qk_norm=True, name="tiny-random-qwen3")
+  return cfg, im.Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+def test_engine_tool_calls_under_each_drafter(tiny_qwen3, qwen3_vocab, tok):  # noqa: F811
+  """Whatever the weights, every drafter commits the same greedy output, and its strict
+  call decodes to arguments that validate against the schema."""
+  jsonschema = pytest.importorskip("jsonschema")
+  import json
+
+  from infernix_jax.runtime import drafters as rd
+  from infernix_jax.runtime.engine import Engine
+  from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
+  cfg, model = tiny_qwen3
+  prompt = tok("<|im_start|>user\nturbo please<|im_end|>\n<|im_start|>assistant\n"
+               "<think>\n\n</think>\n\n")
+  tools = fr.parse_tools([ENUM_TOOL])
+  prepared = fr.prepare_for_request(qwen3_vocab, prompt, tools=tools, tool_choice="set_mode")
+  assert prepared.framed.phase is fr.OutputPhase.CONTENT
+  outputs = {}
+  for name, drafter in (("none", rd.NoDrafter()),
+                        ("ngram+jump", rd.JumpForward(k=4, inner=rd.NGramDrafter(k=4, n=2)))):
+    eng = Engine(model, qwen3_vocab, drafter, lanes=1, capacity=192, cfg=cfg)
+    req = GenerationRequest(prompt, max_tokens=128, sampling=SamplingOptions(temperature=0.0),
+                            tools=tools, tool_choice="set_mode")
+    res = eng.generate([req])[0]
+    assert res.error is None, res.error
+    assert res.constraint is not None and res.constraint.terminated, name
+    out = fr.decode_output(prepared, res.token_ids, terminated=True)
+    (call,) = out.tool_calls
+    assert call.name == "set_mode" and out.branch == "tools"
+    jsonschema.validate(json.loads(call.arguments_json), ENUM_TOOL["parameters"])
+    outputs[name] = res.token_ids
+  assert outputs["ngram+jump"] == outputs["none"]
