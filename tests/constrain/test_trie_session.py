@@ -51,6 +51,8 @@ def test_dispatch_backends(pair):
   assert not isinstance(x, trie.CompiledTrie)
   again = compiler.compile(ic.OutputConstraint.choice(list(reversed(VALUES))), backend="trie")
   assert again.cache_status == "hit" and again.automaton is t.automaton
+  same = compiler.compile(ic.OutputConstraint.choice(VALUES), backend="trie")   # exact-source alias
+  assert same.cache_status == "hit" and same.automaton is t.automaton
   big = ic.OutputConstraint.choice(tool_names(trie.threshold(), 2))
   small = ic.OutputConstraint.choice(tool_names(trie.threshold() - 1, 2))
   assert isinstance(compiler.compile(big), trie.CompiledTrie)

@@ -10,7 +10,9 @@
 
 The default threshold comes from the study in ``docs/results/trie.md``: from this size on the
 trie's warm compile is faster than XGrammar's, and its per-step mask is faster at every size.
-Compiled tries are cached per vocabulary (LRU within a byte budget), like the XGrammar cache.
+Compiled tries are cached per vocabulary (LRU within a byte budget; the per-vocabulary cache is
+keyed by the canonical value set, with the exact source tuple as an alias so a repeated request
+skips canonicalisation), like the XGrammar cache.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ class _Cache:
     self.used = 0
     self.lock = threading.Lock()
     self.entries: collections.OrderedDict[tuple, CompiledTrie] = collections.OrderedDict()
+    self.raw: dict[tuple, tuple] = {}    # exact source tuple -> canonical values
+
+  def alias(self, raw, key) -> None:
+    with self.lock:
+      self.raw[raw] = key
+      if len(self.raw) > 4 * max(len(self.entries), 64):
+        self.raw = {r: k for r, k in self.raw.items() if k in self.entries}
+
+  def get_raw(self, raw):
+    with self.lock:
+      key = self.raw.get(raw)
+    return None if key is None else self.get(key)
 
   def get(self, key):
     with self.lock:
@@ -103,6 +117,15 @@ def route(compiler, constraint, backend: str = "auto") -> CompiledTrie | None:
       raise errors.FeatureConflictError("the trie backend compiles bare content only (no framing)")
     return None
   t0 = time.perf_counter()
+  vocab = compiler.vocab
+  cache = vocab.lazy("constrain.trie.cache", lambda: _Cache(DEFAULT_CACHE_BYTES))
+  raw = constraint.source if isinstance(constraint.source, tuple) else None
+  if raw is not None and (backend == "trie" or len(raw) >= _threshold):
+    hit = cache.get_raw(raw)   # exact source seen before: no canonicalisation (sorting K values)
+    if hit is not None:
+      out = hit.with_status("hit", time.perf_counter() - t0, constraint)
+      _count(compiler, "hit", out.compile_seconds)
+      return out
   try:
     values = canonical_choices(constraint.source)
   except errors.ConstraintError:
@@ -112,16 +135,15 @@ def route(compiler, constraint, backend: str = "auto") -> CompiledTrie | None:
     raise
   if backend == "auto" and len(values) < _threshold:
     return None
-  vocab = compiler.vocab
-  cache = vocab.lazy("constrain.trie.cache", lambda: _Cache(DEFAULT_CACHE_BYTES))
-  key = (values, vocab.identity)
-  hit = cache.get(key)
+  hit = cache.get(values)
   if hit is not None:
     out = hit.with_status("hit", time.perf_counter() - t0, constraint)
   else:
     built = compile_choice(vocab, values)
-    cache.put(key, built)
+    cache.put(values, built)
     out = built.with_status("built", time.perf_counter() - t0, constraint)
+  if raw is not None:
+    cache.alias(raw, values)
   _count(compiler, out.cache_status, out.compile_seconds)
   return out
 
