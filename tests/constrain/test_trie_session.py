@@ -143,3 +143,42 @@ def test_fill_batch_mixes_backends(pair):
                                 mask_layout.UNREACHABLE]
   assert not out[3, 1:].any()
   assert isinstance(sessions[0], TrieSession) and isinstance(sessions[2], OutputSession)
+
+
+def test_vectorized_fill_batch_equals_rowwise(pair):
+  vocab, compiler, t, _ = pair
+  other = compiler.compile(ic.OutputConstraint.choice(tool_names(300, 5)), backend="trie")
+  rng = random.Random(4)
+  b, k = 24, 4
+  sessions, drafts = [], []
+  for i in range(b):
+    if i % 7 == 3:
+      sessions.append(None)
+      drafts.append([0] * k)
+      continue
+    c = t if i % 2 else other
+    s = c.new_session()
+    for _ in range(rng.randint(0, 4)):     # random committed state (maybe terminated)
+      legal = c.automaton.legal_ids(s.node)
+      if legal.size and not s.terminated:
+        s.accept([int(legal[rng.randrange(legal.size)])])
+    sessions.append(s)
+    drafts.append(_random_drafts(rng, vocab, s, c.automaton, k))
+  drafts = np.array(drafts, np.int32)
+  n = np.array([rng.randint(0, k) for _ in range(b)])
+  want_out = np.full((b, k + 1, vocab.mask_words), 7, np.int32)
+  got_out = want_out.copy()
+  want = fill_batch(sessions, drafts, n, want_out)
+  got = trie.fill_batch(sessions, drafts, n, got_out)
+  np.testing.assert_array_equal(got[0][want[1]], want[0][want[1]])
+  np.testing.assert_array_equal(got[1], want[1])
+  np.testing.assert_array_equal(got_out[want[1]], want_out[want[1]])
+  assert (got_out[~want[1]] == 7).all()       # unconstrained rows untouched
+  only = [s for s in sessions if s is not None and s.automaton is t.automaton]
+  m = len(only)
+  out1 = np.zeros((m, k + 1, vocab.mask_words), np.int32)
+  out2 = np.zeros_like(out1)
+  st1, _ = trie.fill_batch(only, drafts[:m], n[:m], out1)      # single automaton: in place
+  st2, _ = fill_batch(only, drafts[:m], n[:m], out2)
+  np.testing.assert_array_equal(st1, st2)
+  np.testing.assert_array_equal(out1, out2)

@@ -12,6 +12,7 @@ constraints here through ``trie.route`` (threshold: ``trie.set_threshold``).
 
 from infernix_jax.constrain.trie._automaton import TrieAutomaton
 from infernix_jax.constrain.trie._index import VocabIndex, clear_cache, get_index
+from infernix_jax.constrain.trie.batch import fill_batch, lookahead_many
 from infernix_jax.constrain.trie.compiled import CompiledTrie, compile_choice
 from infernix_jax.constrain.trie.dispatch import route, set_threshold, threshold
 from infernix_jax.constrain.trie.session import TrieSession
@@ -26,7 +27,9 @@ __all__ = [
     "clear_cache",
     "compile_choice",
     "export",
+    "fill_batch",
     "get_index",
+    "lookahead_many",
     "route",
     "set_threshold",
     "threshold",

@@ -158,6 +158,31 @@ class TrieAutomaton:
       return self._next[j]
     return self.dead
 
+  def step_many(self, nodes: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Vectorized ``step``: int [F] nodes and tokens -> int64 [F] next nodes (dead if illegal).
+
+    One ``searchsorted`` over the pairs' (node, token) keys, which the build leaves ascending.
+    """
+    nodes = np.asarray(nodes, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    keys = self._pair_keys()
+    v = self.vocab_size
+    ok = (tokens >= 0) & (tokens < v) & (nodes >= 0) & (nodes <= self.dead)
+    q = np.where(ok, nodes * v + tokens, -1)
+    if keys.size == 0:
+      return np.full(q.shape, self.dead, dtype=np.int64)
+    j = np.minimum(np.searchsorted(keys, q), keys.size - 1)
+    found = ok & (keys[j] == q)
+    return np.where(found, self.next[j], self.dead).astype(np.int64)
+
+  def _pair_keys(self) -> np.ndarray:
+    """int64 [E] ``node * V + token`` of every legal pair (built on first batched step)."""
+    keys = getattr(self, "_keys", None)
+    if keys is None:
+      rows = np.repeat(np.arange(self.n_nodes + 2, dtype=np.int64), np.diff(self.row_ptr))
+      keys = self._keys = rows * self.vocab_size + self.ids
+    return keys
+
   def walk_bytes(self, data: bytes, node: int = 0) -> int:
     """The trie node after the bytes ``data`` from ``node`` (``dead`` if they leave the trie)."""
     if node >= self.n_nodes:
