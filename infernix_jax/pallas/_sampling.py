@@ -75,13 +75,37 @@ def apply_penalties(z, ids, delta):
 
 
 class Support(NamedTuple):
-  """Target distribution of N rows in threshold form."""
+  """Target distribution of N rows in dense form."""
   flags: jax.Array      # i32[N]: FLAG_EMPTY / FLAG_NONFINITE
   greedy: jax.Array     # i32[N]: argmax over legal, ties to the smaller id (-1 if flagged)
   zt: jax.Array         # f32[N, Vm]: z / T (z for greedy rows)
   cand: jax.Array       # bool[N, Vm]: the support S
   w: jax.Array          # f32[N, Vm]: exp(zt - max) on S, 0 elsewhere
   total: jax.Array      # f32[N]: sum of w
+
+
+class Thresholds(NamedTuple):
+  """Target distribution of N rows in threshold form (see the module docstring).
+
+  S = fin & (key, -id) >= (tk, -tid) & w >= min_p & key >= tp, w = exp(z * inv_t - m).
+  Rows with ``small`` (0 < top_k <= TOPK_CAP) also carry S in sorted form: their support lies
+  within the ``C`` largest keys, so they can be drawn from without touching the whole row.
+  """
+  flags: jax.Array      # i32[N]
+  greedy: jax.Array     # i32[N]
+  sampling: jax.Array   # bool[N]: T > 0 and not flagged
+  inv_t: jax.Array      # f32[N]
+  m: jax.Array          # f32[N]: max over finite legal of z * inv_t
+  tk: jax.Array         # i32[N] top-k key threshold (INT_MIN: off)
+  tid: jax.Array        # i32[N] largest id kept at key == tk
+  tp: jax.Array         # i32[N] top-p key threshold (INT_MIN: off)
+  min_p: jax.Array      # f32[N]
+  small: jax.Array      # bool[N]
+  top_ids: jax.Array    # i32[N, C]: ids by (key desc, id asc)
+  top_cand: jax.Array   # bool[N, C]: S in that order (small rows only)
+
+
+TOPK_CAP = 64
 
 
 def _kth_key(keys, ok, k):
@@ -135,15 +159,12 @@ def _top_p_key(keys, inside, w, top_p):
   return lo
 
 
-def support(z, legal, temperature, top_k, top_p, min_p) -> Support:
-  """The support and weights of each row's target distribution.
+def thresholds(z, legal, temperature, top_k, top_p, min_p) -> Thresholds:
+  """Thresholds of each row's target distribution.
 
   Args:
     z: f32[N, Vm] penalized logits; legal: bool[N, Vm]; temperature, top_p, min_p: f32[N];
       top_k: i32[N].
-
-  Returns:
-    A Support.
   """
   n, vm = z.shape
   ids = jnp.arange(vm, dtype=jnp.int32)[None, :]
@@ -155,44 +176,112 @@ def support(z, legal, temperature, top_k, top_p, min_p) -> Support:
                     jnp.where(bad | (n_fin == 0), FLAG_NONFINITE, 0)).astype(jnp.int32)
   zf = jnp.where(fin, z, -jnp.inf)
   zmax = jnp.max(zf, axis=-1)
-  greedy = jnp.min(jnp.where(fin & (zf == zmax[:, None]), ids, INT_MAX), axis=-1)
+  greedy = jnp.argmax(zf, axis=-1).astype(jnp.int32)       # first maximum: the smaller id
   greedy = jnp.where(flags == 0, greedy, -1)
-
   sampling = (temperature > 0) & (flags == 0)
   inv_t = jnp.where(sampling, 1.0 / jnp.where(sampling, temperature, 1.0), 1.0)
-  zt = z * inv_t[:, None]
-  keys = sort_key(jnp.where(fin, z, 0.0))
-
-  # top-k over finite legal ids, ties to the smaller id.
-  need_k = sampling & (top_k > 0) & (top_k < n_fin)
-  k = jnp.where(need_k, top_k, 1)
-  tk = jax.lax.cond(jnp.any(need_k), lambda: _kth_key(keys, fin & need_k[:, None], k),
-                    lambda: jnp.full((n,), INT_MIN, jnp.int32))
-  tk = jnp.where(need_k, tk, INT_MIN)
-  n_gt = jnp.sum(fin & (keys > tk[:, None]), axis=-1)
-  tie = fin & (keys == tk[:, None])
-  need_tie = need_k & (n_gt + jnp.sum(tie, axis=-1) > k)
-  tid = jax.lax.cond(jnp.any(need_tie), lambda: _tie_id(ids, tie & need_tie[:, None],
-                                                         k - n_gt, vm),
-                     lambda: jnp.full((n,), INT_MAX, jnp.int32))
-  tid = jnp.where(need_tie, tid, INT_MAX)
-  cand = fin & ((keys > tk[:, None]) | ((keys == tk[:, None]) & (ids <= tid[:, None])))
-
-  # min-p on weights relative to the most probable legal token.
   m = jnp.where(sampling, zmax * inv_t, 0.0)
-  w = jnp.where(cand, jnp.exp(zt - m[:, None]), 0.0)
-  cand = cand & (w >= min_p[:, None])
-  w = jnp.where(cand, w, 0.0)
-
-  # top-p over what is left.
+  keys = lambda: sort_key(jnp.where(fin, z, 0.0))             # built only where needed
+  need_k = sampling & (top_k > 0) & (top_k < n_fin)
   need_p = sampling & (top_p < 1.0)
-  tp = jax.lax.cond(jnp.any(need_p), lambda: _top_p_key(keys, cand & need_p[:, None], w,
-                                                         top_p),
+  k = jnp.where(need_k, top_k, 1)
+
+  # Small k: the C largest values (lax.top_k puts equal values in increasing id order; on
+  # CPU it is ~200x faster on f32 than on the int32 keys).
+  c = min(TOPK_CAP, vm)
+  small = need_k & (top_k <= c)
+  top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], z + 0.0, -jnp.inf), c)
+  top_keys = sort_key(top_vals)
+  top_ids = top_ids.astype(jnp.int32)
+  kth = jnp.clip(k - 1, 0, c - 1)[:, None]
+  tk_small = jnp.take_along_axis(top_keys, kth, -1)[:, 0]
+  tid_small = jnp.take_along_axis(top_ids, kth, -1)[:, 0]
+  j = jnp.arange(c)[None, :]
+  w_top = jnp.exp(jnp.take_along_axis(z, top_ids, -1) * inv_t[:, None] - m[:, None])
+  top_in = small[:, None] & (j < k[:, None]) & (w_top >= min_p[:, None])
+  w_in = jnp.where(top_in, w_top, 0.0)
+  excl = jnp.cumsum(w_in, axis=-1) - w_in
+  new_group = jnp.concatenate([jnp.ones((n, 1), bool), top_keys[:, 1:] != top_keys[:, :-1]], -1)
+  start = jax.lax.cummax(jnp.where(new_group, j, 0), axis=1)
+  kept = top_in & (jnp.take_along_axis(excl, start, -1) < (top_p * jnp.sum(w_in, -1))[:, None])
+  tp_small = jnp.where(jnp.any(kept, -1), jnp.min(jnp.where(kept, top_keys, INT_MAX), -1),
+                       top_keys[:, 0])
+  tp_small = jnp.where(need_p, tp_small, INT_MIN)
+  top_cand = top_in & (top_keys >= tp_small[:, None])
+
+  # Large k: bisection over the whole row.
+  big = need_k & ~small
+  tk = jax.lax.cond(jnp.any(big), lambda: _kth_key(keys(), fin & big[:, None], k),
                     lambda: jnp.full((n,), INT_MIN, jnp.int32))
-  tp = jnp.where(need_p, tp, INT_MIN)
-  cand = cand & (keys >= tp[:, None]) & sampling[:, None]
+  tk = jnp.where(big, tk, INT_MIN)
+
+  def tie_id():
+    ky = keys()
+    n_gt = jnp.sum(fin & (ky > tk[:, None]), axis=-1)
+    tie = fin & (ky == tk[:, None])
+    need_tie = big & (n_gt + jnp.sum(tie, axis=-1) > k)
+    return jnp.where(need_tie, _tie_id(ids, tie & need_tie[:, None], k - n_gt, vm), INT_MAX)
+
+  tid = jax.lax.cond(jnp.any(big), tie_id, lambda: jnp.full((n,), INT_MAX, jnp.int32))
+  tk = jnp.where(small, tk_small, tk)
+  tid = jnp.where(small, tid_small, tid)
+
+  # Top-p for the other rows: bisection over the whole row.
+  dense_p = need_p & ~small
+
+  def top_p_dense():
+    ky = keys()
+    cand = fin & ((ky > tk[:, None]) | ((ky == tk[:, None]) & (ids <= tid[:, None])))
+    w = jnp.where(cand, jnp.exp(z * inv_t[:, None] - m[:, None]), 0.0)
+    cand = cand & (w >= min_p[:, None])
+    return _top_p_key(ky, cand & dense_p[:, None], jnp.where(cand, w, 0.0), top_p)
+
+  tp = jax.lax.cond(jnp.any(dense_p), top_p_dense, lambda: jnp.full((n,), INT_MIN, jnp.int32))
+  tp = jnp.where(small, tp_small, jnp.where(dense_p, tp, INT_MIN))
+  return Thresholds(flags, greedy, sampling, inv_t, m, tk, tid, tp, min_p, small, top_ids,
+                    top_cand)
+
+
+def dense_support(z, legal, th: Thresholds) -> Support:
+  """The dense support and weights of each row."""
+  ids = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :]
+  fin = legal & jnp.isfinite(z)
+  keys = sort_key(jnp.where(fin, z, 0.0))
+  col = lambda x: x[:, None]
+  zt = z * col(th.inv_t)
+  cand = fin & ((keys > col(th.tk)) | ((keys == col(th.tk)) & (ids <= col(th.tid))))
+  w = jnp.where(cand, jnp.exp(zt - col(th.m)), 0.0)
+  cand = cand & (w >= col(th.min_p)) & (keys >= col(th.tp)) & col(th.sampling)
   w = jnp.where(cand, w, 0.0)
-  return Support(flags, greedy, zt, cand, w, jnp.sum(w, axis=-1))
+  return Support(th.flags, th.greedy, zt, cand, w, jnp.sum(w, axis=-1))
+
+
+def support(z, legal, temperature, top_k, top_p, min_p) -> Support:
+  """Dense support and weights of each row's target distribution (see ``thresholds``)."""
+  return dense_support(z, legal, thresholds(z, legal, temperature, top_k, top_p, min_p))
+
+
+def draw(z, legal, th: Thresholds, key):
+  """Per row, the Gumbel-max draw of z * inv_t over S (-1 for greedy or flagged rows).
+
+  Small-k rows draw within their C sorted candidates; the dense draw runs only if another
+  row samples.
+  """
+  zt_top = jnp.take_along_axis(z, th.top_ids, -1) * th.inv_t[:, None]
+  sparse = _argmax_gumbel_at(zt_top, th.top_cand, th.top_ids, key)
+  rest = th.sampling & ~th.small
+  dense = jax.lax.cond(jnp.any(rest), lambda: gumbel_argmax(
+      *(lambda s: (s.zt, s.cand))(dense_support(z, legal, th)), key),
+                       lambda: jnp.full(th.flags.shape, -1, jnp.int32))
+  return jnp.where(th.small, sparse, jnp.where(rest, dense, -1))
+
+
+def _argmax_gumbel_at(scores, cand, ids, key):
+  g = _rng.gumbel(_rng.random_bits(key[:, None], ids))
+  s = jnp.where(cand, scores + g, -jnp.inf)
+  best = jnp.max(s, axis=-1)
+  tok = jnp.min(jnp.where(cand & (s == best[:, None]), ids, INT_MAX), axis=-1)
+  return jnp.where(jnp.any(cand, axis=-1), tok, -1)
 
 
 def probabilities(s: Support, temperature):
@@ -214,6 +303,5 @@ def gumbel_argmax(scores, cand, key):
   ids = jnp.arange(vm, dtype=jnp.int32)
   g = _rng.gumbel(_rng.random_bits(key[:, None], ids[None, :]))
   s = jnp.where(cand, scores + g, -jnp.inf)
-  best = jnp.max(s, axis=-1)
-  tok = jnp.min(jnp.where(cand & (s == best[:, None]), ids[None, :], INT_MAX), axis=-1)
+  tok = jnp.argmax(s, axis=-1).astype(jnp.int32)                # first maximum: smaller id
   return jnp.where(jnp.any(cand, axis=-1), tok, -1)

@@ -195,8 +195,8 @@ def masked_sample_reference(logits, mask, mask_enabled, params: SamplingParams, 
   if mask is None:
     mask, mask_enabled = jnp.zeros((r, 1), jnp.int32), jnp.zeros((r,), bool)
   legal = _sampling.unpack_legal(mask.astype(jnp.int32), mask_enabled, vocab_size, vm)
-  s = _sampling.support(z, legal, params.temperature, params.top_k, params.top_p, params.min_p)
-  key = _rng.stream_key(seed, position, purpose)
-  drawn = _sampling.gumbel_argmax(s.zt, s.cand, key)
-  tok = jnp.where(s.flags != 0, -1, jnp.where(params.temperature > 0, drawn, s.greedy))
-  return tok.astype(jnp.int32), s.flags
+  th = _sampling.thresholds(z, legal, params.temperature, params.top_k, params.top_p,
+                            params.min_p)
+  drawn = _sampling.draw(z, legal, th, _rng.stream_key(seed, position, purpose))
+  tok = jnp.where(th.flags != 0, -1, jnp.where(params.temperature > 0, drawn, th.greedy))
+  return tok.astype(jnp.int32), th.flags
