@@ -172,6 +172,7 @@ def test_phase_of_prompt(qwen3_vocab, tok):
   closed = head + [THINK_OPEN] + tok("\n\n") + [THINK_CLOSE] + tok("\n\n")
   assert fr.phase_of_prompt(closed, f, vocab=qwen3_vocab) is fr.OutputPhase.CONTENT
   assert fr.phase_of_prompt(head, f, vocab=qwen3_vocab) is fr.OutputPhase.THINK_OPEN
+  assert fr.phase_of_prompt(tok("raw text"), f, vocab=qwen3_vocab) is fr.OutputPhase.CONTENT
 
 
 def test_chat_template_matches_transformers(qwen3_vocab):

@@ -61,13 +61,18 @@ class QwenFraming:
     return [self.newline_id, self.think_close, *sep]
 
 
-def phase_of_prompt(prompt_ids, framing: QwenFraming, *, newline_bytes=b"\n", vocab=None
-                    ) -> OutputPhase:
+def phase_of_prompt(prompt_ids, framing: QwenFraming, *, vocab=None) -> OutputPhase:
   """The output phase a rendered prompt leaves the model in (by token ids, not spelling).
 
-  The last ``<think>``/``</think>`` control token in the final assistant turn decides: an
-  open block means THINKING, a closed one CONTENT; a prompt with neither ends the turn header
-  and lets the model open the block itself (THINK_OPEN).
+  The last ``<think>``/``</think>`` control token of the final turn decides: an open block
+  means THINKING, a closed one CONTENT. A prompt that ends an assistant turn header (another
+  control token, e.g. ``<|im_start|>``, comes first) lets the model open the block itself
+  (THINK_OPEN). A raw prompt with no control token is a plain continuation (CONTENT).
+
+  Args:
+    prompt_ids: the rendered prompt's token ids.
+    framing: the vocabulary's markers.
+    vocab: the Vocabulary (its control ids mark the turn header); None: only the markers.
   """
   for t in reversed(list(prompt_ids)):
     t = int(t)
@@ -75,7 +80,6 @@ def phase_of_prompt(prompt_ids, framing: QwenFraming, *, newline_bytes=b"\n", vo
       return OutputPhase.CONTENT
     if t == framing.think_open:
       return OutputPhase.THINKING
-    if vocab is not None and t in vocab.control_ids and t not in (framing.think_open,
-                                                                   framing.think_close):
-      break  # reached <|im_start|> of the assistant turn
-  return OutputPhase.THINK_OPEN
+    if vocab is not None and t in vocab.control_ids:
+      return OutputPhase.THINK_OPEN  # the assistant turn header, no thinking block yet
+  return OutputPhase.CONTENT
