@@ -146,7 +146,9 @@ class OutputDecoder:
     self._tools_active = tools_active and bool(self._contracts or not constrained)
     self._strict_route = constrained
     errors = "strict" if constrained else "replace"
-    self._reasoning = _Text(errors)
+    # Reasoning is token-level in the grammar (any token but </think>), so even on the
+    # constrained route its bytes need not be UTF-8: shown with replacement characters.
+    self._reasoning = _Text("replace")
     self._content = _Text(errors)
     self._calls: list[ToolCall] = []
     self.branch = "undecided"

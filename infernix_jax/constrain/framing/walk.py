@@ -63,7 +63,7 @@ class LegalWalker:
 
   def choose(self, words: np.ndarray, position: int, tail: bytes = b"", *,
              tool_open: int | None = None, forced: list[int] | None = None,
-             late_controls: tuple[int, ...] = ()) -> int:
+             late_controls: tuple[int, ...] = (), allow_end: bool = True) -> int:
     """The walk's token at ``position`` given the legal set ``words`` (int32 [W]).
 
     Args:
@@ -73,6 +73,7 @@ class LegalWalker:
       tool_open: the ``<tool_call>`` id, preferred when legal.
       forced: jump-forward tokens of this state (preferred when given).
       late_controls: control tokens to take when legal after ``patience`` (``</think>``).
+      allow_end: whether EOS may be preferred (False: keep going, e.g. more calls wanted).
     """
     rng = np.random.default_rng([self.seed, position])
     allowed = np.flatnonzero(mask_layout.unpack(words[None], self.vocab.size)[0])
@@ -83,7 +84,7 @@ class LegalWalker:
       return tool_open
     late = position >= self.patience
     if late:
-      for t in (*self.vocab.eos_ids, *late_controls):
+      for t in (*(self.vocab.eos_ids if allow_end else ()), *late_controls):
         if t in legal:
           return t
       for s in CLOSERS:  # finish a closer the output already started
@@ -132,3 +133,50 @@ def walker_hints(session) -> dict:
   if session.in_reasoning:
     return {"late_controls": (f.think_close,)}
   return {"tool_open": f.tool_open}
+
+
+def speculative_walk(session, walker: LegalWalker, drafter, k: int, *,
+                     max_tokens: int = 400, min_calls: int = 0) -> tuple[list[int], int, int]:
+  """Speculative decoding of one output with the walker as a greedy target.
+
+  Each round: ``drafter(committed, session)`` proposes up to ``k`` ids, `lookahead` fills the
+  per-position masks, verification accepts drafts while they equal the walker's choice at
+  that position, then the correction or bonus; ``preview`` + ``commit`` advance the session.
+
+  Returns:
+    (committed ids, drafts proposed, drafts accepted).
+
+  Args:
+    min_calls: the walk prefers continuing (another call) over EOS until the committed
+      output holds this many completed calls.
+  """
+  vocab = walker.vocab
+  buf = np.zeros((k + 1, vocab.mask_words), np.int32)
+  out: list[int] = []
+  drafted = accepted = 0
+  f = session.framed.framing
+  while not session.terminated and len(out) < max_tokens:
+    drafts = [int(d) for d in drafter(out, session)][:k]
+    allow_end = len(session.result().tool_calls) >= min_calls
+    states = session.lookahead(drafts, out=buf[:len(drafts) + 1])
+    produced: list[int] = []
+    for i in range(len(drafts) + 1):
+      if states[i] != mask_layout.READY:
+        raise RuntimeError(f"verification reached a non-Ready position ({states[i]})")
+      prefix = out + produced
+      hints = ({"late_controls": (f.think_close,)} if session.in_reasoning
+               and f.think_close not in produced else {"tool_open": f.tool_open})
+      tail = vocab.decode(prefix[-8:])[-16:]
+      forced = session.forced_tokens(1) if not produced else None
+      t = walker.choose(buf[i], len(prefix), tail, forced=forced, allow_end=allow_end, **hints)
+      produced.append(t)
+      if i == len(drafts) or t != drafts[i] or t in vocab.eos_ids:
+        break
+    drafted += len(drafts)
+    accepted += len(produced) - 1
+    r = session.preview(produced)
+    if r.accepted != len(produced):
+      raise RuntimeError("the session refused tokens its own masks allowed")
+    session.commit()
+    out += produced
+  return out, drafted, accepted
