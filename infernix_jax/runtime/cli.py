@@ -55,6 +55,9 @@ flags.DEFINE_string("grammar-file", None, "Constrain the output to this GBNF gra
 flags.DEFINE_string("regex", None, "Constrain the output to match this regex (whole output).")
 flags.DEFINE_multi_string("choice", None, "Constrain the output to one of these strings "
                           "(repeat the flag).")
+flags.DEFINE_string("tools-file", None, "OpenAI-style function definitions (JSON list) the "
+                    "model may call; calls are framed and constrained (issue 7).")
+flags.DEFINE_string("tool-choice", "auto", "With --tools-file: auto | none | required | NAME.")
 flags.DEFINE_boolean("unconstrained", False, "Run the built-in prompt without a constraint.")
 flags.DEFINE_multi_string("stop", None, "Extra stop strings (unconstrained output only).")
 flags.DEFINE_string("bridge", "stages", "Host bridge: stages | callback.")
@@ -149,7 +152,7 @@ def generate() -> dict:
       json_schema_text=DEMO_SCHEMA if demo else None)
   jump = f["jump-forward"].value
   if jump is None:
-    jump = constraint is not None and f.drafter != "none"
+    jump = (constraint is not None or bool(f["tools-file"].value)) and f.drafter != "none"
   sampling = SamplingOptions(temperature=f.temperature, top_k=f["top-k"].value,
                              top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed)
   sampling.validate()
@@ -165,10 +168,12 @@ def generate() -> dict:
                                 draft_model=draft[:2] if draft else None,
                                 draft_sampling=f.temperature > 0, seed=f.seed)
   prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
+  tools = _tools()
   if f.chat:
     messages = ([{"role": "system", "content": f.system}] if f.system else []) + [
         {"role": "user", "content": prompt}]
-    prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+    prompt = (_render_with_tools(source, messages, tools) if tools is not None
+              else tok.apply_chat_template(messages, add_generation_prompt=True))
   ids = tok.encode(prompt)
   load_s = time.perf_counter() - t0
   capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
@@ -184,6 +189,7 @@ def generate() -> dict:
     engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
   request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
                               sampling=sampling, constraint=constraint,
+                              tools=tools, tool_choice=f["tool-choice"].value if tools else None,
                               stop=tuple(f.stop or ()), on_token=stream)
   result = engine.generate([request])[0]
   if f.stream:
@@ -195,6 +201,8 @@ def generate() -> dict:
   out["k"] = drafter.k
   out["bridge"] = f.bridge
   out["load_seconds"] = load_s
+  if tools is not None:
+    out["tool_calls"] = _tool_calls(vocab, ids, tools, constraint, result)
   _print_stats(result, drafter, out)
   if demo:
     _check_demo(result, out)
@@ -202,6 +210,42 @@ def generate() -> dict:
     with open(f["json-out"].value, "w", encoding="utf-8") as fh:
       json.dump(out, fh, indent=1)
   return out
+
+
+def _tools():
+  """The --tools-file definitions (ToolDefinitions) or None."""
+  path = FLAGS["tools-file"].value
+  if path is None:
+    return None
+  from pathlib import Path
+
+  from infernix_jax.constrain import framing
+  return framing.parse_tools(Path(path).read_text(encoding="utf-8"))
+
+
+def _render_with_tools(source, messages, tools) -> str:
+  """The prompt with the tool declarations, through the model's own template (jinja2)."""
+  from pathlib import Path
+
+  from infernix_jax.constrain import framing
+  directory = Path(source)
+  directory = directory if directory.is_dir() else directory.parent
+  if not (directory / "tokenizer_config.json").exists():
+    raise UsageError(f"--tools-file needs the model's chat template: no tokenizer_config.json "
+                     f"in {directory}")
+  return framing.ChatTemplate.from_dir(directory).render(messages, tools=tools)
+
+
+def _tool_calls(vocab, prompt_ids, tools, constraint, result) -> list[dict]:
+  """The completed calls, read by the same decoder the session used: [{name, arguments_json}]."""
+  from infernix_jax.constrain import framing
+  from infernix_jax.runtime.types import FinishReason
+  prepared = framing.prepare_for_request(vocab, prompt_ids, tools=tools,
+                                         tool_choice=FLAGS["tool-choice"].value,
+                                         constraint=constraint)
+  decoded = framing.decode_output(prepared, result.token_ids,
+                                  terminated=result.finish_reason == FinishReason.STOP)
+  return [{"name": c.name, "arguments_json": c.arguments_json} for c in decoded.tool_calls]
 
 
 def _print_stats(result, drafter, out) -> None:
