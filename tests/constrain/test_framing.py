@@ -196,3 +196,15 @@ def test_chat_template_matches_transformers(qwen3_vocab):
     assert ours == theirs
   assert tmpl.render(messages[:2], enable_thinking=False).endswith(
       "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_reasoning_need_not_be_utf8(free_thinking, qwen3_vocab, tok):
+  """Reasoning is token-level (any token but </think>): a partial UTF-8 token followed by
+  text is legal there, and the constrained decoder shows it instead of failing."""
+  partial = next(i for i in qwen3_vocab.ordinary_ids[::-1]
+                 if qwen3_vocab.token_bytes[i] in (b"\xe4", b"\xf0", b"\xe5"))
+  s = free_thinking.new_session()
+  ids = [int(partial)] + tok("\nok") + [THINK_CLOSE] + tok("\n\ndone")
+  assert s.accept(ids).accepted == len(ids)
+  out = s.result()
+  assert out.reasoning == "\ufffd\nok" and out.content == "done"
