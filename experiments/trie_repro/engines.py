@@ -54,7 +54,9 @@ class TrieEngine:
 
   def index_seconds(self) -> float:
     trie.clear_cache()
-    return trie.get_index(self.vocab).build_seconds
+    idx = trie.get_index(self.vocab)
+    self.index_cpu_seconds = idx.build_cpu_seconds
+    return idx.build_seconds
 
   def compile(self, values):
     return trie.compile_choice(self.vocab, values)

@@ -83,6 +83,14 @@ def _ks(d, vocab, set_):
   return sorted({k for (v, s, k, _, _) in d if v == vocab and s == set_})
 
 
+def _ids_mb(d, main, k) -> str:
+  b = d.get((main, "tools", k, "trie", "ids_bytes"))
+  pairs = d.get((main, "tools", k, "trie", "legal_pairs"))
+  if b is None and pairs is not None:
+    b = 4 * pairs   # int32 ids
+  return "—" if b is None else f"{b / 1e6:.2f}"
+
+
 def tables(d, main="qwen3") -> list[str]:
   """The markdown sections (list of lines)."""
   L = []
@@ -92,8 +100,9 @@ def tables(d, main="qwen3") -> list[str]:
         "info (XGrammar) or LLTokenizer (LLGuidance); *warm* reuses it (median of repeats). "
         "LLGuidance compile = grammar construction + first mask, as in the paper.", "",
         "| K | r | trie cold | trie warm | trie warm CPU | XGr regex warm | XGr regex CPU | "
-        "XGr JSON enum warm | XGr GBNF warm | LLGuidance warm | paper trie | paper XGr |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "XGr JSON enum warm | XGr GBNF warm | LLGuidance warm | LLGuidance CPU | paper trie | "
+        "paper XGr |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for k in ks:
     g = lambda e, m: _get(d, main, "tools", k, e, m, scale=1e3)  # noqa: E731
     L.append(f"| {k:,} | {_get(d, main, 'tools', k, 'trie', 'r', fmt='{:.2f}')} | "
@@ -101,12 +110,16 @@ def tables(d, main="qwen3") -> list[str]:
              f"{g('trie', 'compile_warm_cpu_s')} | {g('xgrammar-regex', 'compile_warm_s')} | "
              f"{g('xgrammar-regex', 'compile_warm_cpu_s')} | {g('xgrammar-json', 'compile_warm_s')} | "
              f"{g('xgrammar-gbnf', 'compile_warm_s')} | {g('llguidance', 'compile_warm_s')} | "
+             f"{g('llguidance', 'compile_warm_cpu_s')} | "
              f"{PAPER['trie_compile_ms'].get(k, '')} | {PAPER['xgr_compile_ms'].get(k, '')} |")
   idx = [d.get((main, "tools", k, "trie", "index_s")) for k in ks]
   idx = [x for x in idx if isinstance(x, float)]
+  icpu = [d.get((v, s_, k, "trie", "index_cpu_s")) for (v, s_, k, e, m) in d
+          if v == main and m == "index_cpu_s" and e == "trie"]
   if idx:
     L += ["", f"Trie index build (once per vocabulary, cached): median "
-              f"{sorted(idx)[len(idx) // 2] * 1e3:.0f} ms over {len(idx)} cold builds."]
+              f"{sorted(idx)[len(idx) // 2] * 1e3:.0f} ms wall over {len(idx)} cold builds"
+              + (f", {sorted(icpu)[len(icpu) // 2] * 1e3:.0f} ms CPU." if icpu else ".")]
   L += ["", "## Per-step mask cost (lookup + copy into the caller's W-word buffer)", "",
         "Microseconds per state, over the states that generate sampled values (longest-token "
         "tokenization, EOS included). *trie loop* = mean of a tight loop of `fill` calls "
@@ -142,7 +155,7 @@ def tables(d, main="qwen3") -> list[str]:
   for k in ks:
     L.append(f"| {k:,} | {_get(d, main, 'tools', k, 'trie', 'nodes', fmt='{:,.0f}')} | "
              f"{_get(d, main, 'tools', k, 'trie', 'legal_pairs', fmt='{:,.0f}')} | "
-             f"{_get(d, main, 'tools', k, 'trie', 'ids_bytes', scale=1e-6, fmt='{:.2f}')} | "
+             f"{_ids_mb(d, main, k)} | "
              f"{_get(d, main, 'tools', k, 'trie', 'memory_bytes', scale=1e-6, fmt='{:.2f}')} | "
              f"{_get(d, main, 'tools', k, 'xgrammar-regex', 'memory_bytes', scale=1e-6, fmt='{:.2f}')} | "
              f"{PAPER['trie_mem_mb'].get(k, '')} |")
@@ -168,13 +181,16 @@ def tables(d, main="qwen3") -> list[str]:
   gen = sorted({v for (v, s, k, e, m) in d if s == "tools-gen"})
   if gen:
     L += ["", "## Generalization across vocabularies (synthetic tools)", "",
-          "| vocabulary | K | index build ms | trie warm ms | trie step us | XGrammar warm ms | "
-          "XGrammar step us |", "|---|---:|---:|---:|---:|---:|---:|"]
+          "| vocabulary | K | index build ms | index CPU ms | trie warm ms | trie warm CPU ms | "
+          "trie step us | XGrammar warm ms | XGrammar CPU ms | XGrammar step us |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v in gen:
       for k in _ks(d, v, "tools-gen"):
         g = lambda e, m, sc: _get(d, v, "tools-gen", k, e, m, scale=sc)  # noqa: E731
-        L.append(f"| {v} | {k:,} | {g('trie', 'index_s', 1e3)} | {g('trie', 'compile_warm_s', 1e3)} | "
+        L.append(f"| {v} | {k:,} | {g('trie', 'index_s', 1e3)} | {g('trie', 'index_cpu_s', 1e3)} | "
+                 f"{g('trie', 'compile_warm_s', 1e3)} | {g('trie', 'compile_warm_cpu_s', 1e3)} | "
                  f"{g('trie', 'step_median_s', 1e6)} | {g('xgrammar-regex', 'compile_warm_s', 1e3)} | "
+                 f"{g('xgrammar-regex', 'compile_warm_cpu_s', 1e3)} | "
                  f"{g('xgrammar-regex', 'step_median_s', 1e6)} |")
   dk = _ks(d, main, "dispatch")
   if dk:

@@ -76,6 +76,8 @@ def measure_set(cfg, rec, vocab_name, vocab, set_name, values, engine_names, *, 
       continue
     cold, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
     rec(**base, engine=name, metric="index_s", value=cold_index)
+    if hasattr(eng, "index_cpu_seconds"):
+      rec(**base, engine=name, metric="index_cpu_s", value=eng.index_cpu_seconds)
     rec(**base, engine=name, metric="compile_cold_s", value=cold_index + cold)
     warm, warm_cpu = [], []
     for _ in range(cfg.warm_repeats if k <= 10000 or name == "trie" else 1):

@@ -236,6 +236,8 @@ class TrieAutomaton:
       bool [B]: whether each mask is non-empty.
     """
     nodes = np.asarray(nodes, dtype=np.int64)
+    if nodes.shape[0] < 8:   # the vectorized path has ~10 us of fixed cost: loop small batches
+      return np.array([self.fill(n, out[i]) for i, n in enumerate(nodes.tolist())], dtype=bool)
     out.fill(0)
     d = self.dense_of[nodes]
     wide = d >= 0
