@@ -29,6 +29,7 @@ from infernix_jax.constrain.compiler import (
 from infernix_jax.constrain.session import OutputSession, PreviewResult
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
+from infernix_jax.constrain import framing  # Qwen output framing: thinking, tool calls (issue 7)
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -41,6 +42,7 @@ __all__ = [
     "OutputSession",
     "PreviewResult",
     "fill_batch",
+    "framing",
     "ConstraintError",
     "FeatureConflictError",
     "GrammarSyntaxError",
