@@ -45,16 +45,36 @@ class Tokenizer:
     """Text of ids (bytes of partial UTF-8 sequences are replaced)."""
     return self.backend.decode(list(map(int, ids)), skip_special_tokens=skip_special)
 
-  def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-    """Renders messages with the model's own template (ChatML when the source has none)."""
-    import jinja2  # pylint: disable=import-outside-toplevel
+  def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                          **kwargs) -> str:
+    """Renders messages with the model's own template (ChatML when the source has none).
 
+    The Jinja environment matches Hugging Face's (sandboxed, trim_blocks, lstrip_blocks,
+    loop controls, `raise_exception`), so templates render byte-identically.
+
+    Args:
+      messages: [{"role": ..., "content": ...}, ...].
+      add_generation_prompt: end with the assistant turn header.
+      **kwargs: extra template variables (e.g. `enable_thinking=False`, `tools=[...]`).
+    """
     template = self.chat_template or (
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    env = jinja2.Environment(trim_blocks=False, lstrip_blocks=False)
-    return env.from_string(template).render(messages=messages,
-                                            add_generation_prompt=add_generation_prompt)
+    return _jinja_env().from_string(template).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+def _jinja_env():
+  import jinja2  # pylint: disable=import-outside-toplevel
+  from jinja2 import sandbox  # pylint: disable=import-outside-toplevel
+
+  def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+  env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                              extensions=["jinja2.ext.loopcontrols"])
+  env.globals["raise_exception"] = raise_exception
+  return env
 
 
 def _from_gguf(path: Path) -> Tokenizer:

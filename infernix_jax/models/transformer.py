@@ -17,7 +17,7 @@ from infernix_jax.models.kv_cache import KVCache
 _INIT_STD = 0.02  # matches the HF initializer_range default
 
 
-def _init(name: str, shape, dtype, key) -> jax.Array:
+def init_param(name: str, shape, dtype, key) -> jax.Array:
   """Random init: ones for norm scales, zeros for biases, N(0, 0.02) for matrices."""
   if name.endswith("norm"):
     return jnp.ones(shape, dtype)
@@ -36,7 +36,7 @@ class DecoderLayers(nnx.Module):
   def __init__(self, cfg: ModelConfig, num_layers: int, *, rngs: nnx.Rngs):
     self.names = tuple(sorted(_layers.layer_param_shapes(cfg)))
     for name, shape in sorted(_layers.layer_param_shapes(cfg).items()):
-      value = _init(name, (num_layers, *shape), cfg.jnp_dtype, rngs.params())
+      value = init_param(name, (num_layers, *shape), cfg.jnp_dtype, rngs.params())
       setattr(self, name, nnx.Param(value))
 
   def params(self) -> dict[str, jax.Array]:
@@ -106,11 +106,11 @@ class Transformer(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
     dtype = cfg.jnp_dtype
-    self.embed = nnx.Param(_init("embed", (cfg.vocab_size, cfg.dim), dtype, rngs.params()))
+    self.embed = nnx.Param(init_param("embed", (cfg.vocab_size, cfg.dim), dtype, rngs.params()))
     self.layers = DecoderLayers(cfg, cfg.num_layers, rngs=rngs)
     self.final_norm = nnx.Param(jnp.ones((cfg.dim,), dtype))
     if not cfg.tie_embeddings:
-      self.lm_head = nnx.Param(_init("lm_head", (cfg.dim, cfg.vocab_size), dtype,
+      self.lm_head = nnx.Param(init_param("lm_head", (cfg.dim, cfg.vocab_size), dtype,
                                      rngs.params()))
 
   def embed_tokens(self, tokens: jax.Array) -> jax.Array:

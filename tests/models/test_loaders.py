@@ -1,5 +1,7 @@
 """Loader pieces: GGUF Q/K row order, orbax round trip, tokenizer.json sources, errors."""
 
+from pathlib import Path
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -62,3 +64,24 @@ def test_missing_files_raise_clear_errors(tmp_path):
     im.load_hf_dir(tmp_path)
   with pytest.raises(FileNotFoundError, match="does not exist"):
     im.load_gguf(tmp_path / "nope.gguf")
+
+
+QWEN3_DIR = Path(__file__).resolve().parents[2] / "../shared/data/tokenizers/qwen3"
+
+
+@pytest.mark.skipif(not QWEN3_DIR.exists(), reason="shared data absent")
+def test_qwen3_tokenizer_and_chat_template_match_transformers():
+  transformers = pytest.importorskip("transformers")
+  ours = im.load_tokenizer(QWEN3_DIR)
+  theirs = transformers.AutoTokenizer.from_pretrained(str(QWEN3_DIR))
+  messages = [{"role": "system", "content": "Be brief."},
+              {"role": "user", "content": "Capital of France? Answer in JSON: {\"city\": ...}"},
+              {"role": "assistant", "content": "<think>\nEasy.\n</think>\n\n{\"city\": \"Paris\"}"},
+              {"role": "user", "content": "And 12 * 7?"}]
+  for extra in ({}, {"enable_thinking": False}):
+    expected = theirs.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                          **extra)
+    text = ours.apply_chat_template(messages, add_generation_prompt=True, **extra)
+    assert text == expected
+    assert ours.encode(text) == theirs.encode(text, add_special_tokens=False)
+  assert ours.eos_id == theirs.eos_token_id

@@ -56,6 +56,10 @@ def test_tokenizer_matches_transformers(smollm2, hf_oracle):
     assert ids == theirs.encode(text, add_special_tokens=False), text
     assert ours.decode(ids) == text
   assert ours.encode("<|im_start|>") == [1]
+  messages = [{"role": "user", "content": "What is the capital of France?"}]
+  if theirs.chat_template:
+    assert ours.apply_chat_template(messages) == theirs.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True)
 
 
 def test_logits_match_transformers_gguf_loader(smollm2, hf_oracle):

@@ -26,7 +26,7 @@ from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.drafters.base import (DraftContext, OneHotQ, SparseQ, TargetHead,
                                                choose_sparse, last_valid, split_keys)
 from infernix_jax.models.kv_cache import KVCache
-from infernix_jax.models.transformer import DecoderLayers, _init
+from infernix_jax.models.transformer import DecoderLayers, init_param
 
 
 class DFlashNet(nnx.Module):
@@ -41,9 +41,9 @@ class DFlashNet(nnx.Module):
   def __init__(self, cfg: ModelConfig, feature_dim: int, *, rngs: nnx.Rngs):
     self.cfg = cfg
     d, dtype = cfg.dim, cfg.jnp_dtype
-    self.fc = nnx.Param(_init("fc", (feature_dim, d), dtype, rngs.params()))  # [F, D]
+    self.fc = nnx.Param(init_param("fc", (feature_dim, d), dtype, rngs.params()))  # [F, D]
     self.feature_norm = nnx.Param(jnp.ones((d,), dtype))
-    self.mask_embed = nnx.Param(_init("mask_embed", (d,), dtype, rngs.params()))
+    self.mask_embed = nnx.Param(init_param("mask_embed", (d,), dtype, rngs.params()))
     self.layers = DecoderLayers(cfg, cfg.num_layers, rngs=rngs)
     self.final_norm = nnx.Param(jnp.ones((d,), dtype))
 

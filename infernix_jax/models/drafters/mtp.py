@@ -20,7 +20,7 @@ from infernix_jax.models import _layers
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.drafters.base import DraftContext, OneHotQ, TargetHead, last_valid
 from infernix_jax.models.kv_cache import KVCache
-from infernix_jax.models.transformer import DecoderLayers, _init, cached_layers
+from infernix_jax.models.transformer import DecoderLayers, cached_layers, init_param
 
 
 class MTPHead(nnx.Module):
@@ -35,7 +35,7 @@ class MTPHead(nnx.Module):
     d, dtype = cfg.dim, cfg.jnp_dtype
     self.hidden_norm = nnx.Param(jnp.ones((d,), dtype))
     self.embed_norm = nnx.Param(jnp.ones((d,), dtype))
-    self.proj = nnx.Param(_init("proj", (2 * d, d), dtype, rngs.params()))  # [2D, D]
+    self.proj = nnx.Param(init_param("proj", (2 * d, d), dtype, rngs.params()))  # [2D, D]
     self.layers = DecoderLayers(self.cfg, 1, rngs=rngs)
     self.final_norm = nnx.Param(jnp.ones((d,), dtype))
 
