@@ -75,10 +75,20 @@ def test_config_from_hf_rejects_unsupported():
     im.ModelConfig.from_hf({**base, "num_key_value_heads": 3})
 
 
-def test_qwen3_presets():
-  assert im.QWEN3_0_6B.qk_norm and im.QWEN3_0_6B.tie_embeddings
-  assert not im.QWEN3_8B.tie_embeddings
-  assert [c.num_layers for c in (im.QWEN3_0_6B, im.QWEN3_4B, im.QWEN3_14B, im.QWEN3_32B)] == [
-      28, 36, 40, 64]
-  assert all(c.vocab_size == 151_936 and c.head_dim == 128 for c in im.PRESETS.values()
-             if c.name.startswith("Qwen3"))
+# (total, non-embedding) parameters in billions, from the Qwen3 model cards.
+QWEN3_CARDS = {"Qwen3-0.6B": (0.6, 0.44), "Qwen3-1.7B": (1.7, 1.4), "Qwen3-4B": (4.0, 3.6),
+               "Qwen3-8B": (8.2, 6.95), "Qwen3-14B": (14.8, 13.2), "Qwen3-32B": (32.8, 31.2)}
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3_CARDS))
+def test_qwen3_presets_have_the_published_parameter_counts(name):
+  import jax  # pylint: disable=import-outside-toplevel
+
+  cfg = im.PRESETS[name]
+  model = nnx.eval_shape(lambda: im.Transformer(cfg, rngs=nnx.Rngs(0)))  # shapes only
+  total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model))))
+  embeddings = cfg.vocab_size * cfg.dim * (1 if cfg.tie_embeddings else 2)
+  card_total, card_body = QWEN3_CARDS[name]
+  assert abs(total / 1e9 - card_total) < 0.05 * card_total
+  assert abs((total - embeddings) / 1e9 - card_body) < 0.02 * card_body
+  assert cfg.qk_norm and cfg.head_dim == 128 and cfg.vocab_size == 151_936
