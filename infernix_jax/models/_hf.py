@@ -89,10 +89,16 @@ def hf_to_arrays(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> dict[str, 
     if missing:
       raise ValueError(f"checkpoint lacks {name!r} for layers {missing[:5]}")
     out[f"layers.{name}"] = np.stack(values)
-  out["embed"] = tensors["model.embed_tokens.weight"]
-  out["final_norm"] = tensors["model.norm.weight"]
+  def need(name):
+    if name not in tensors:
+      raise ValueError(f"checkpoint lacks {name!r}" + (
+          "; config.json says tie_word_embeddings=false" if name == "lm_head.weight" else ""))
+    return tensors[name]
+
+  out["embed"] = need("model.embed_tokens.weight")
+  out["final_norm"] = need("model.norm.weight")
   if not cfg.tie_embeddings:
-    out["lm_head"] = tensors["lm_head.weight"].T
+    out["lm_head"] = need("lm_head.weight").T
   return out
 
 

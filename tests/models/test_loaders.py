@@ -85,3 +85,25 @@ def test_qwen3_tokenizer_and_chat_template_match_transformers():
     assert text == expected
     assert ours.encode(text) == theirs.encode(text, add_special_tokens=False)
   assert ours.eos_id == theirs.eos_token_id
+
+
+def test_hf_checkpoint_missing_lm_head_is_reported(tmp_path):
+  safetensors_numpy = pytest.importorskip("safetensors.numpy")
+  cfg = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
+         "num_attention_heads": 1, "intermediate_size": 4, "tie_word_embeddings": False}
+  (tmp_path / "config.json").write_text(__import__("json").dumps(cfg))
+  f = lambda *shape: np.zeros(shape, np.float32)
+  layer = {"input_layernorm.weight": f(4), "post_attention_layernorm.weight": f(4),
+           **{f"self_attn.{n}_proj.weight": f(4, 4) for n in "qkvo"},
+           "mlp.gate_proj.weight": f(4, 4), "mlp.up_proj.weight": f(4, 4),
+           "mlp.down_proj.weight": f(4, 4)}
+  tensors = {f"model.layers.0.{k}": v for k, v in layer.items()}
+  tensors.update({"model.embed_tokens.weight": f(8, 4), "model.norm.weight": f(4)})
+  safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
+  with pytest.raises(ValueError, match="lm_head.weight.*tie_word_embeddings"):
+    im.load_hf_dir(tmp_path)
+  del tensors["model.layers.0.mlp.up_proj.weight"]
+  tensors["lm_head.weight"] = f(8, 4)
+  safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
+  with pytest.raises(ValueError, match="'up' for layers \\[0\\]"):
+    im.load_hf_dir(tmp_path)
