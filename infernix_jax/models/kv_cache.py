@@ -19,6 +19,11 @@ class KVCache:
   the engine commits a prefix by raising `lengths`, or rolls back by leaving them as they
   were. Nothing else marks an entry valid, so rollback costs nothing.
 
+  Capacity: writes at positions >= S are dropped, so keep S >= the longest committed
+  length + P (the verify scratch). Masked entries still enter the attention product with
+  weight 0, so a lane whose scratch holds NaN/inf (after a non-finite forward) must be
+  zeroed before reuse.
+
   Attributes:
     k: keys, [L, B, S, Kh, H].
     v: values, [L, B, S, Kh, H].
