@@ -107,3 +107,38 @@ def test_hf_checkpoint_missing_lm_head_is_reported(tmp_path):
   safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
   with pytest.raises(ValueError, match="'up' for layers \\[0\\]"):
     im.load_hf_dir(tmp_path)
+
+
+@pytest.mark.skipif(not QWEN3_DIR.exists(), reason="shared data absent")
+def test_gguf_tokenizer_with_qwen2_pre_tokenizer_matches_tokenizer_json(tmp_path):
+  """A GGUF file carrying Qwen3's vocabulary the way llama.cpp writes it (pre = "qwen2")
+  encodes like the original tokenizer.json."""
+  gguf = pytest.importorskip("gguf")
+  tokenizers = pytest.importorskip("tokenizers")
+  data = __import__("json").loads((QWEN3_DIR / "tokenizer.json").read_text())
+  tokens = [None] * (len(data["model"]["vocab"]) + len(data["added_tokens"]))
+  types = [1] * len(tokens)
+  for text, i in data["model"]["vocab"].items():
+    tokens[i] = text
+  for added in data["added_tokens"]:
+    tokens[added["id"]] = added["content"]
+    types[added["id"]] = 3 if added["special"] else 4
+  writer = gguf.GGUFWriter(str(tmp_path / "tok.gguf"), "qwen3")
+  writer.add_tokenizer_model("gpt2")
+  writer.add_tokenizer_pre("qwen2")
+  writer.add_token_list(tokens)
+  writer.add_token_types(types)
+  writer.add_token_merges([" ".join(m) for m in data["model"]["merges"]])
+  writer.add_eos_token_id(151645)
+  writer.write_header_to_file()
+  writer.write_kv_data_to_file()
+  writer.write_tensors_to_file()
+  writer.close()
+  ours = im.load_tokenizer(tmp_path / "tok.gguf")
+  reference = tokenizers.Tokenizer.from_file(str(QWEN3_DIR / "tokenizer.json"))
+  texts = ["Hello world! 12345 apples", "<|im_start|>user\nÇa va? 東京<|im_end|>\n<think>\n",
+           "def f(x):\n\treturn x**2  # done\n\n\n", "  leading spaces and 'quotes' I'll",
+           "emoji 😀👍🏽 and \u00a0nbsp\r\nCRLF"]
+  for text in texts:
+    assert ours.encode(text) == reference.encode(text, add_special_tokens=False).ids, text
+  assert ours.vocab_size == 151_669 and ours.eos_id == 151645
