@@ -17,7 +17,7 @@ from typing import Union
 from .errors import RegexError
 
 MAX_CODE_POINT = 0x10FFFF
-MAX_REPEAT = 10000  # counted repetitions beyond this blow up xgrammar's automata
+MAX_REPEAT = 2**31 - 1  # xgrammar keeps counted repetitions lazy up to int32
 
 # A class is a tuple of disjoint, sorted, inclusive (lo, hi) code-point ranges.
 Ranges = tuple[tuple[int, int], ...]
@@ -549,11 +549,13 @@ def _bound(node: Node, m: float, n: float) -> Node | None:
       raise LengthUnsupported()
     w = int(w_lo)
     k_lo = max(node.lo, -(-int(max(m, 0)) // w))
-    k_hi = n // w if n != _INF else None
+    k_hi = min(n // w, MAX_REPEAT) if n != _INF else None  # clamping only narrows
     if node.hi is not None:
       k_hi = node.hi if k_hi is None else min(node.hi, int(k_hi))
     if k_hi is not None and k_lo > k_hi:
       return None
+    if k_lo > MAX_REPEAT:
+      raise LengthUnsupported()
     return Rep(node.node, int(k_lo), None if k_hi is None else int(k_hi))
   if isinstance(node, Seq):
     ranges = [_length_range(i) for i in node.items]

@@ -51,6 +51,8 @@ _BY_TYPE = {
 }
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 _TYPED_KEYWORDS = frozenset(k for ks in _BY_TYPE.values() for k in ks)
+_KNOWN_DIALECT = re.compile(
+    r"^https?://json-schema\.org/(draft/20(20-12|19-09)|draft-0[3-7])/(schema)?#?$")
 _ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 
 
@@ -108,6 +110,11 @@ class _Normalizer(sm.Merger):
     self.dropped: list[tuple[str, str]] = []
     schema_uri = doc.get("$schema", "") if isinstance(doc, dict) else ""
     self.draft7 = isinstance(schema_uri, str) and re.search(r"draft-0[3-7]", schema_uri) is not None
+    if schema_uri and (not isinstance(schema_uri, str) or not _KNOWN_DIALECT.search(schema_uri)):
+      # A custom meta-schema may switch vocabularies on or off; we never fetch it.
+      raise UnsupportedSchemaError(
+          f"unknown $schema dialect {schema_uri!r}; use draft 2020-12 (or draft-07/06/04/"
+          "2019-09) or leave $schema out", "/$schema")
     self.defs: dict[str, str] = {}       # target pointer -> def name
     self.bodies: dict[str, Any] = {}     # def name -> NF (absent while being normalized)
     self.validator = sv.Validator(self.resolve, _python_pattern)
@@ -307,6 +314,7 @@ class _Normalizer(sm.Merger):
         v, ex = min(highs, key=lambda x: (x[0], not x[1]))
         out["exclusiveMaximum" if ex else "maximum"] = v
     elif t == "string":
+      out["_at"] = ptr
       for k in ("minLength", "maxLength"):
         if k in s:
           out[k] = self.count(s, k, ptr)
@@ -320,7 +328,6 @@ class _Normalizer(sm.Merger):
           raise RegexError(f"pattern: {e.message} (pattern position {e.location})",
                            f"{ptr}/pattern") from None
         out["pattern"] = pat
-        out["_at"] = ptr
     elif t == "array":
       return self.array(s, ptr)
     elif t == "object":
@@ -397,12 +404,19 @@ class _Normalizer(sm.Merger):
     if nf.get("type") == "string":
       return self.emit_string(nf)
     out = {}
-    if nf.get("type") == "object" and nf.get("properties") and (
-        nf.get("additionalProperties", {}) is not False):
-      nf = dict(nf)  # route additional keys through an exact, escape-free key pattern
-      nf["patternProperties"] = {_regex.key_complement(nf["properties"]):
-                                 nf.pop("additionalProperties")}
-      nf["additionalProperties"] = False
+    if nf.get("type") == "object" and nf.get("properties"):
+      nf = dict(nf)
+      names = list(nf["properties"])
+      # A None (false) property is forbidden: it must not appear, even as an additional key.
+      nf["properties"] = {k: v for k, v in nf["properties"].items() if v is not None}
+      if not nf["properties"]:
+        del nf["properties"]
+      if nf.get("additionalProperties", {}) is not False:
+        # Route additional keys through an exact, escape-free key pattern excluding every
+        # declared or forbidden name (xgrammar lets re-spelled declared names through).
+        nf["patternProperties"] = {_regex.key_complement(names):
+                                   nf.pop("additionalProperties")}
+        nf["additionalProperties"] = False
     for k, v in nf.items():
       if k.startswith("_"):
         continue
@@ -435,10 +449,12 @@ class _Normalizer(sm.Merger):
         raise SchemaError("no string satisfies both the pattern and the length bounds", ptr)
       return {"type": "string", "pattern": conv[0]}
     if lo or hi is not None:
-      if (hi if hi is not None else lo) > _regex.MAX_REPEAT:
-        self.fail(f"string lengths above {_regex.MAX_REPEAT} are not supported", ptr or "",
-                  "maxLength" if hi is not None else "minLength")
+      if lo > _regex.MAX_REPEAT:
+        self.fail(f"minLength above {_regex.MAX_REPEAT} is not supported", f"{ptr}/minLength",
+                  "minLength")
         return {"type": "string"}
+      if hi is not None:
+        hi = min(hi, _regex.MAX_REPEAT)  # longer strings are never generated: a narrowing
       cls = _regex._emit(_regex.Cls(_regex.JSON_SAFE))
       rep = "{%d,%s}" % (lo, "" if hi is None else hi) if lo != hi else "{%d}" % lo
       return {"type": "string", "pattern": cls + rep}

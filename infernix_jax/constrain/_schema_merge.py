@@ -213,14 +213,11 @@ class Merger:
       if k not in props:
         props[k] = addl  # an undeclared required name takes the additionalProperties schema
     for k in list(props):
-      if props[k] is None:
+      if props[k] is None:  # forbidden name; kept (as None) so merges and emission see it
         if k in required:
           return None
-        if addl is not None:
-          self.fail(f"property {k!r} is forbidden (false schema) while other properties stay "
-                    "allowed, which the generation grammar cannot express; close the object "
-                    "with additionalProperties: false", ptr, "properties")
-        del props[k]
+        if addl is None:
+          del props[k]  # a closed object forbids it anyway
     out: dict = {"type": "object"}
     if props:
       out["properties"] = props
