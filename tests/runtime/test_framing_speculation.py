@@ -253,42 +253,67 @@ ENUM_TOOL = {"name": "set_mode", "strict": True, "parameters": {
 
 
 @pytest.fixture(scope="module")
-def tiny_qwen3():
-  from flax import nnx
+def tiny_qwen3_dir(tmp_path_factory):
+  """A tiny random Qwen3 checkpoint in Hugging Face layout (config.json, model.safetensors)
+  with the real Qwen3 tokenizer files."""
+  import json
+  import shutil
 
-  from infernix_jax import models as im
-  cfg = im.ModelConfig(vocab_size=151936, dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                       head_dim=16, ffn_dim=64, qk_norm=True, name="tiny-random-qwen3")
-  return cfg, im.Transformer(cfg, rngs=nnx.Rngs(0))
+  from safetensors.numpy import save_file
+  d, f, n, kv, h, v = 32, 64, 2, 1, 16, 151936
+  config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": d,
+            "intermediate_size": f, "num_hidden_layers": 1, "num_attention_heads": n,
+            "num_key_value_heads": kv, "head_dim": h, "vocab_size": v, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
+            "max_position_embeddings": 2048, "attention_bias": False}
+  rng = np.random.default_rng(0)
+  w = lambda *shape: (rng.standard_normal(shape) * 0.02).astype(np.float32)
+  one = lambda k: np.ones(k, np.float32)
+  p = "model.layers.0."
+  tensors = {"model.embed_tokens.weight": w(v, d), "model.norm.weight": one(d),
+             p + "input_layernorm.weight": one(d), p + "post_attention_layernorm.weight": one(d),
+             p + "self_attn.q_proj.weight": w(n * h, d), p + "self_attn.k_proj.weight": w(kv * h, d),
+             p + "self_attn.v_proj.weight": w(kv * h, d), p + "self_attn.o_proj.weight": w(d, n * h),
+             p + "self_attn.q_norm.weight": one(h), p + "self_attn.k_norm.weight": one(h),
+             p + "mlp.gate_proj.weight": w(f, d), p + "mlp.up_proj.weight": w(f, d),
+             p + "mlp.down_proj.weight": w(d, f)}
+  path = tmp_path_factory.mktemp("tiny_qwen3")
+  (path / "config.json").write_text(json.dumps(config))
+  save_file(tensors, str(path / "model.safetensors"))
+  for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(QWEN3_DIR / name, path / name)
+  return path
 
 
-def test_engine_tool_calls_under_each_drafter(tiny_qwen3, qwen3_vocab, tok):  # noqa: F811
-  """Whatever the weights, every drafter commits the same greedy output, and its strict
-  call decodes to arguments that validate against the schema."""
+@pytest.mark.slow
+def test_cli_tool_calls_from_hf_dir(tiny_qwen3_dir, qwen3_vocab, tmp_path, capsys):  # noqa: F811
+  """`--model` takes the HF directory; `--tools-file` / `--tool-choice` frame the output (the
+  model's own chat template renders the tools) and `--json-out` lists the call. Whatever the
+  weights, the strict call validates, under n-gram + jump-forward drafting, and equals what
+  the session's decoder reads from the committed tokens."""
   jsonschema = pytest.importorskip("jsonschema")
   import json
 
-  from infernix_jax.runtime import drafters as rd
-  from infernix_jax.runtime.engine import Engine
-  from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
-  cfg, model = tiny_qwen3
-  prompt = tok("<|im_start|>user\nturbo please<|im_end|>\n<|im_start|>assistant\n"
-               "<think>\n\n</think>\n\n")
+  from absl import flags
+
+  from infernix_jax.runtime import cli
+  tools_file = tmp_path / "tools.json"
+  tools_file.write_text(json.dumps([{"type": "function", "function": ENUM_TOOL}]))
+  out_file = tmp_path / "out.json"
+  flags.FLAGS.unparse_flags()
+  argv = flags.FLAGS(["infernix-jax", "generate", f"--model={tiny_qwen3_dir}",
+                      "--prompt=turbo please", f"--tools-file={tools_file}",
+                      "--tool-choice=set_mode", "--drafter=ngram", "--k=4", "--max-tokens=96",
+                      f"--json-out={out_file}", "--nowarmup", "--nostream"])
+  assert cli.main(argv) == 0, capsys.readouterr().err
+  result = json.loads(out_file.read_text())
+  assert result["finish_reason"] == "stop" and result["constraint"]["kind"] == "tools"
+  assert result["constraint"]["terminated"] and result["constraint"]["branch"] == "tools"
+  assert result["stats"]["accepted"] > 0 and result["drafter"] == "jump+ngram"
+  (call,) = result["tool_calls"]
+  assert call["name"] == "set_mode"
+  jsonschema.validate(json.loads(call["arguments_json"]), ENUM_TOOL["parameters"])
   tools = fr.parse_tools([ENUM_TOOL])
-  prepared = fr.prepare_for_request(qwen3_vocab, prompt, tools=tools, tool_choice="set_mode")
-  assert prepared.framed.phase is fr.OutputPhase.CONTENT
-  outputs = {}
-  for name, drafter in (("none", rd.NoDrafter()),
-                        ("ngram+jump", rd.JumpForward(k=4, inner=rd.NGramDrafter(k=4, n=2)))):
-    eng = Engine(model, qwen3_vocab, drafter, lanes=1, capacity=192, cfg=cfg)
-    req = GenerationRequest(prompt, max_tokens=128, sampling=SamplingOptions(temperature=0.0),
-                            tools=tools, tool_choice="set_mode")
-    res = eng.generate([req])[0]
-    assert res.error is None, res.error
-    assert res.constraint is not None and res.constraint.terminated, name
-    out = fr.decode_output(prepared, res.token_ids, terminated=True)
-    (call,) = out.tool_calls
-    assert call.name == "set_mode" and out.branch == "tools"
-    jsonschema.validate(json.loads(call.arguments_json), ENUM_TOOL["parameters"])
-    outputs[name] = res.token_ids
-  assert outputs["ngram+jump"] == outputs["none"]
+  text = fr.ChatTemplate.from_dir(tiny_qwen3_dir).render(
+      [{"role": "user", "content": "turbo please"}], tools=tools)
+  assert "set_mode" in text and text.endswith("<|im_start|>assistant\n")
