@@ -239,8 +239,7 @@ def test_forced_close_mid_round(prepared, qwen3_vocab):  # noqa: F811
     out, s, _ = decode(prepared, target, drafter, 8, budget=11)
     assert out == ref
     assert s.result() == s_ref.result()
-  close = s_ref.forced_close_tokens() if False else fr.QwenFraming.from_vocab(
-      qwen3_vocab).forced_close_tokens()
+  close = fr.QwenFraming.from_vocab(qwen3_vocab).forced_close_tokens()
   assert ref[11:14] == close  # injected exactly at the budget, after a complete round
 
 

@@ -1,4 +1,4 @@
-"""Source -> EBNF text conversions for embedding (JSON Schema, regex, GBNF, choice).
+"""Source -> EBNF text for embedding: strict tool values and content constraints.
 
 The matcher library converts; we only print its grammar and rename the rules. xgrammar is
 reached through `constrain._xgr` (the one module that imports it).
@@ -7,13 +7,11 @@ reached through `constrain._xgr` (the one module that imports it).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from infernix_jax.constrain import _xgr
 from infernix_jax.constrain.errors import (ChoiceError, ConstraintError, GrammarSyntaxError,
                                            RegexError, UnsupportedSchemaError)
-
-JSON_WHITESPACE_RUN = 32  # insignificant whitespace between JSON tokens (reference 000)
 
 
 def _check_schema(text: str) -> str:

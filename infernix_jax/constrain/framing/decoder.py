@@ -343,7 +343,7 @@ class OutputDecoder:
     i = 0
     while i < len(data) and self._call is not None:
       stage = c["stage"]
-      if stage in ("head", "param_nl", "close_nl"):
+      if stage in ("head", "param_nl"):
         exp = c["expect"]
         b = data[i:i + 1]
         if b != exp[c["pos"]:c["pos"] + 1]:
@@ -351,9 +351,7 @@ class OutputDecoder:
         c["pos"] += 1
         i += 1
         if c["pos"] == len(exp):
-          c["stage"] = {"head": "name", "param_nl": "args", "close_nl": "closed"}[stage]
-          if stage == "param_nl":
-            pass
+          c["stage"] = "name" if stage == "head" else "args"
       elif stage == "name":
         j = data.find(b">", i)
         if j < 0:
