@@ -77,7 +77,8 @@ def apply_penalties(z, ids, delta):
 class Support(NamedTuple):
   """Target distribution of N rows in dense form."""
   flags: jax.Array      # i32[N]: FLAG_EMPTY / FLAG_NONFINITE
-  greedy: jax.Array     # i32[N]: argmax over legal, ties to the smaller id (-1 if flagged)
+  greedy: jax.Array     # i32[N]: argmax over legal, ties to the smaller id (-1 if flagged
+                        # or T > 0 without greedy_all)
   zt: jax.Array         # f32[N, Vm]: z / T (z for greedy rows)
   cand: jax.Array       # bool[N, Vm]: the support S
   w: jax.Array          # f32[N, Vm]: exp(zt - max) on S, 0 elsewhere
@@ -92,7 +93,7 @@ class Thresholds(NamedTuple):
   within the ``C`` largest keys, so they can be drawn from without touching the whole row.
   """
   flags: jax.Array      # i32[N]
-  greedy: jax.Array     # i32[N]
+  greedy: jax.Array     # i32[N] (-1 if flagged, or T > 0 without greedy_all)
   sampling: jax.Array   # bool[N]: T > 0 and not flagged
   inv_t: jax.Array      # f32[N]
   m: jax.Array          # f32[N]: max over finite legal of z * inv_t
@@ -159,12 +160,14 @@ def _top_p_key(keys, inside, w, top_p):
   return lo
 
 
-def thresholds(z, legal, temperature, top_k, top_p, min_p) -> Thresholds:
+def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
+               greedy_all: bool = True) -> Thresholds:
   """Thresholds of each row's target distribution.
 
   Args:
     z: f32[N, Vm] penalized logits; legal: bool[N, Vm]; temperature, top_p, min_p: f32[N];
       top_k: i32[N].
+    greedy_all: also compute the argmax of sampling rows (else it is -1 there).
   """
   n, vm = z.shape
   ids = jnp.arange(vm, dtype=jnp.int32)[None, :]
@@ -176,8 +179,14 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p) -> Thresholds:
                     jnp.where(bad | (n_fin == 0), FLAG_NONFINITE, 0)).astype(jnp.int32)
   zf = jnp.where(fin, z, -jnp.inf)
   zmax = jnp.max(zf, axis=-1)
-  greedy = jnp.argmax(zf, axis=-1).astype(jnp.int32)       # first maximum: the smaller id
-  greedy = jnp.where(flags == 0, greedy, -1)
+  # max + min over ties (XLA CPU's variadic argmax reduce is ~10x slower); skipped when no
+  # row needs it.
+  want = (temperature <= 0) | greedy_all
+  greedy = jax.lax.cond(
+      jnp.any(want),
+      lambda: jnp.min(jnp.where(fin & (zf == zmax[:, None]), ids, INT_MAX), axis=-1),
+      lambda: jnp.full((n,), -1, jnp.int32))
+  greedy = jnp.where((flags == 0) & want, greedy, -1)
   sampling = (temperature > 0) & (flags == 0)
   inv_t = jnp.where(sampling, 1.0 / jnp.where(sampling, temperature, 1.0), 1.0)
   m = jnp.where(sampling, zmax * inv_t, 0.0)
@@ -190,24 +199,36 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p) -> Thresholds:
   # CPU it is ~200x faster on f32 than on the int32 keys).
   c = min(TOPK_CAP, vm)
   small = need_k & (top_k <= c)
-  top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], z + 0.0, -jnp.inf), c)
-  top_keys = sort_key(top_vals)
-  top_ids = top_ids.astype(jnp.int32)
-  kth = jnp.clip(k - 1, 0, c - 1)[:, None]
-  tk_small = jnp.take_along_axis(top_keys, kth, -1)[:, 0]
-  tid_small = jnp.take_along_axis(top_ids, kth, -1)[:, 0]
-  j = jnp.arange(c)[None, :]
-  w_top = jnp.exp(jnp.take_along_axis(z, top_ids, -1) * inv_t[:, None] - m[:, None])
-  top_in = small[:, None] & (j < k[:, None]) & (w_top >= min_p[:, None])
-  w_in = jnp.where(top_in, w_top, 0.0)
-  excl = jnp.cumsum(w_in, axis=-1) - w_in
-  new_group = jnp.concatenate([jnp.ones((n, 1), bool), top_keys[:, 1:] != top_keys[:, :-1]], -1)
-  start = jax.lax.cummax(jnp.where(new_group, j, 0), axis=1)
-  kept = top_in & (jnp.take_along_axis(excl, start, -1) < (top_p * jnp.sum(w_in, -1))[:, None])
-  tp_small = jnp.where(jnp.any(kept, -1), jnp.min(jnp.where(kept, top_keys, INT_MAX), -1),
-                       top_keys[:, 0])
-  tp_small = jnp.where(need_p, tp_small, INT_MIN)
-  top_cand = top_in & (top_keys >= tp_small[:, None])
+
+  def small_path():
+    top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], z + 0.0, -jnp.inf), c)
+    top_keys = sort_key(top_vals)
+    top_ids = top_ids.astype(jnp.int32)
+    kth = jnp.clip(k - 1, 0, c - 1)[:, None]
+    tk = jnp.take_along_axis(top_keys, kth, -1)[:, 0]
+    tid = jnp.take_along_axis(top_ids, kth, -1)[:, 0]
+    j = jnp.arange(c)[None, :]
+    w_top = jnp.exp(jnp.take_along_axis(z, top_ids, -1) * inv_t[:, None] - m[:, None])
+    top_in = small[:, None] & (j < k[:, None]) & (w_top >= min_p[:, None])
+    w_in = jnp.where(top_in, w_top, 0.0)
+    excl = jnp.cumsum(w_in, axis=-1) - w_in
+    new_group = jnp.concatenate([jnp.ones((n, 1), bool), top_keys[:, 1:] != top_keys[:, :-1]],
+                                -1)
+    start = jax.lax.cummax(jnp.where(new_group, j, 0), axis=1)
+    target = (top_p * jnp.sum(w_in, -1))[:, None]
+    kept = top_in & (jnp.take_along_axis(excl, start, -1) < target)
+    tp = jnp.where(jnp.any(kept, -1), jnp.min(jnp.where(kept, top_keys, INT_MAX), -1),
+                   top_keys[:, 0])
+    tp = jnp.where(need_p, tp, INT_MIN)
+    return tk, tid, tp, top_ids, top_in & (top_keys >= tp[:, None])
+
+  def no_small():
+    full = lambda v: jnp.full((n,), v, jnp.int32)
+    return (full(INT_MIN), full(INT_MAX), full(INT_MIN), jnp.zeros((n, c), jnp.int32),
+            jnp.zeros((n, c), bool))
+
+  tk_small, tid_small, tp_small, top_ids, top_cand = jax.lax.cond(
+      jnp.any(small), small_path, no_small)
 
   # Large k: bisection over the whole row.
   big = need_k & ~small
@@ -265,15 +286,33 @@ def draw(z, legal, th: Thresholds, key):
   """Per row, the Gumbel-max draw of z * inv_t over S (-1 for greedy or flagged rows).
 
   Small-k rows draw within their C sorted candidates; the dense draw runs only if another
-  row samples.
+  row samples, and builds sort keys / weights only if a threshold or min-p needs them.
   """
   zt_top = jnp.take_along_axis(z, th.top_ids, -1) * th.inv_t[:, None]
   sparse = _argmax_gumbel_at(zt_top, th.top_cand, th.top_ids, key)
   rest = th.sampling & ~th.small
-  dense = jax.lax.cond(jnp.any(rest), lambda: gumbel_argmax(
-      *(lambda s: (s.zt, s.cand))(dense_support(z, legal, th)), key),
-                       lambda: jnp.full(th.flags.shape, -1, jnp.int32))
-  return jnp.where(th.small, sparse, jnp.where(rest, dense, -1))
+  col = lambda x: x[:, None]
+
+  def dense():
+    zt = z * col(th.inv_t)
+    cand = legal & jnp.isfinite(z) & col(rest)
+    cut = rest & ((th.tk != INT_MIN) | (th.tp != INT_MIN))
+
+    def by_key(cand):
+      ids = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :]
+      keys = sort_key(jnp.where(cand, z, 0.0))
+      return cand & ((keys > col(th.tk)) | ((keys == col(th.tk)) & (ids <= col(th.tid)))) & (
+          keys >= col(th.tp))
+
+    cand = jax.lax.cond(jnp.any(cut), by_key, lambda c: c, cand)
+    cand = jax.lax.cond(jnp.any(rest & (th.min_p > 0)),
+                        lambda c: c & (jnp.exp(zt - col(th.m)) >= col(th.min_p)), lambda c: c,
+                        cand)
+    return gumbel_argmax(zt, cand, key)
+
+  dense_tok = jax.lax.cond(jnp.any(rest), dense,
+                           lambda: jnp.full(th.flags.shape, -1, jnp.int32))
+  return jnp.where(th.small, sparse, jnp.where(rest, dense_tok, -1))
 
 
 def _argmax_gumbel_at(scores, cand, ids, key):
@@ -302,6 +341,7 @@ def gumbel_argmax(scores, cand, key):
   vm = scores.shape[1]
   ids = jnp.arange(vm, dtype=jnp.int32)
   g = _rng.gumbel(_rng.random_bits(key[:, None], ids[None, :]))
-  s = jnp.where(cand, scores + g, -jnp.inf)
-  tok = jnp.argmax(s, axis=-1).astype(jnp.int32)                # first maximum: smaller id
-  return jnp.where(jnp.any(cand, axis=-1), tok, -1)
+  s = jnp.where(cand, scores + g, -jnp.inf)      # candidates are finite: Gumbel noise is
+  best = jnp.max(s, axis=-1)                      # bounded, so best > -inf iff any candidate
+  tok = jnp.min(jnp.where(s == best[:, None], ids[None, :], INT_MAX), axis=-1)
+  return jnp.where(best > -jnp.inf, tok, -1)

@@ -196,7 +196,7 @@ def masked_sample_reference(logits, mask, mask_enabled, params: SamplingParams, 
     mask, mask_enabled = jnp.zeros((r, 1), jnp.int32), jnp.zeros((r,), bool)
   legal = _sampling.unpack_legal(mask.astype(jnp.int32), mask_enabled, vocab_size, vm)
   th = _sampling.thresholds(z, legal, params.temperature, params.top_k, params.top_p,
-                            params.min_p)
+                            params.min_p, greedy_all=False)
   drawn = _sampling.draw(z, legal, th, _rng.stream_key(seed, position, purpose))
   tok = jnp.where(th.flags != 0, -1, jnp.where(params.temperature > 0, drawn, th.greedy))
   return tok.astype(jnp.int32), th.flags
