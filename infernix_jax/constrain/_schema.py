@@ -235,15 +235,14 @@ class _Normalizer(sm.Merger):
     """oneOf after merging the common assertions into each branch; exclusivity is proved."""
     merged = (self.merge(base, b, ptr) for b in self.branches(s, "oneOf", ptr))
     branches = [b for b in merged if b is not None]
-    for i in range(len(branches)):
-      for j in range(i + 1, len(branches)):
-        if not self.disjoint(branches[i], branches[j]):
-          self.fail(f"oneOf branches {i} and {j} may both match the same value, and oneOf "
-                    "exclusivity cannot be enforced; make the branches exclusive (distinct "
-                    "types, or distinct const/enum values of a required discriminator "
-                    "property) or use anyOf", f"{ptr}/oneOf", "oneOf")
-          return sm.union(branches)  # lenient: relaxed to anyOf (recorded above)
-    return sm.union(branches)
+    out = self.exclusive_union(branches)
+    if out is False:
+      self.fail("oneOf branches may both match the same value, and oneOf exclusivity cannot "
+                "be enforced; make the branches exclusive (distinct types, or distinct "
+                "const/enum values of a required discriminator property) or use anyOf",
+                f"{ptr}/oneOf", "oneOf")
+      return sm.union(branches)  # lenient: relaxed to anyOf (recorded above)
+    return out
 
   def values(self, s: dict, key: str, ptr: str) -> dict | None:
     vals = [s[key]] if key == "const" else s[key]

@@ -226,6 +226,51 @@ class Merger:
     out["additionalProperties"] = False if addl is None else addl
     return out
 
+  def split_types(self, nf: dict | None, depth: int = 0) -> dict[str, dict]:
+    """The parts of an NF per JSON type domain ("integer" counts as "number")."""
+    if nf is None:
+      return {}
+    if depth > 64:
+      raise UnsupportedSchemaError("reference chain too deep for a oneOf proof", None)
+    if not nf:
+      return dict(ANY_OF_DOMAIN)
+    if "$ref" in nf:
+      return self.split_types(self.resolve(nf["$ref"]), depth + 1)
+    if "enum" in nf:
+      out: dict[str, dict] = {}
+      for v in nf["enum"]:
+        dom = _domain(sv.json_type(v))
+        out.setdefault(dom, {"enum": []})["enum"].append(v)
+      return out
+    if "anyOf" in nf:
+      groups: dict[str, list] = {}
+      for b in nf["anyOf"]:
+        for dom, part in self.split_types(b, depth + 1).items():
+          groups.setdefault(dom, []).append(part)
+      return {dom: union(parts) for dom, parts in groups.items()}
+    return {_domain(nf["type"]): nf}
+
+  def exclusive_union(self, branches: list) -> dict | None | bool:
+    """Exact oneOf of NFs per type domain, or False when exclusivity cannot be decided.
+
+    Within one JSON type, either the branches' parts are pairwise disjoint (each value
+    matches at most one: keep their union), or all parts are the same schema (every value of
+    that type matches two or more branches: the type drops out), or we cannot decide.
+    """
+    parts = [self.split_types(b) for b in branches]
+    out: list = []
+    for dom in DOMAINS:
+      comps = [p[dom] for p in parts if dom in p]
+      if len(comps) > 1:
+        if all(_clean(c) == _clean(comps[0]) for c in comps[1:]):
+          continue
+        for i in range(len(comps)):
+          for j in range(i + 1, len(comps)):
+            if not self.disjoint(comps[i], comps[j]):
+              return False
+      out.extend(comps)
+    return union(out)
+
   def disjoint(self, a: dict | None, b: dict | None, depth: int = 0) -> bool:
     """True only if no JSON value satisfies both NFs (a sound, incomplete proof)."""
     if a is None or b is None:
@@ -260,6 +305,26 @@ class Merger:
     if a["type"] in ("integer", "number") and b["type"] in ("integer", "number"):
       return _ranges_disjoint(a, b)
     return False
+
+
+DOMAINS = ("null", "boolean", "object", "array", "string", "number")
+ANY_OF_DOMAIN = {"null": {"type": "null"}, "boolean": {"type": "boolean"},
+                 "object": {"type": "object", "additionalProperties": {}},
+                 "array": {"type": "array", "items": {}}, "string": {"type": "string"},
+                 "number": {"type": "number"}}
+
+
+def _domain(t: str) -> str:
+  return "number" if t == "integer" else t
+
+
+def _clean(v: Any) -> Any:
+  """An NF without private bookkeeping keys (for equality)."""
+  if isinstance(v, dict):
+    return {k: _clean(x) for k, x in v.items() if not k.startswith("_")}
+  if isinstance(v, list):
+    return [_clean(x) for x in v]
+  return v
 
 
 def _ranges_disjoint(a: dict, b: dict) -> bool:
