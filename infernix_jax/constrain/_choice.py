@@ -50,9 +50,9 @@ def _gbnf_literal(text: str) -> str:
       out.append("\\" + ch)
     elif 0x20 <= cp < 0x7F:
       out.append(ch)
-    elif cp <= 0xFF:
-      out.append("\\x%02X" % cp)
     elif cp <= 0xFFFF:
+      # Never \xNN: xgrammar's \x reads every following hex digit, so "\xE9" + "a"
+      # would become one code point. \u and \U read a fixed number of digits.
       out.append("\\u%04X" % cp)
     else:
       out.append("\\U%08X" % cp)
