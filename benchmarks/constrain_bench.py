@@ -279,6 +279,10 @@ def coverage(args) -> dict:
         pool = ctx.Pool(1, initializer=_worker_init, initargs=(args.vocab,))
         tally["timeout"] += 1
         continue
+      except Exception as e:  # noqa: BLE001 (a crash outside ConstraintError is a finding)
+        tally["crash"] += 1
+        failures.append(f"{f.name}: CRASH {type(e).__name__}: {str(e)[:160]}")
+        continue
       tally["schemas"] += 1
       if r["compiled"]:
         tally["compiled"] += 1
@@ -295,7 +299,7 @@ def coverage(args) -> dict:
                        "seconds": time.perf_counter() - t0}
     c = tally["completed"]
     print(f"{subset:15s} files {n:5d} compiled {tally['compiled']:5d} "
-          f"({tally['compiled'] / n:6.1%}) rejected {tally['rejected']:5d} "
+          f"({tally['compiled'] / n:6.1%}) rejected {tally['rejected']:5d} crash {tally['crash']} "
           f"(located {tally['rejected_located']}) timeout>{args.timeout}s {tally['timeout']:3d} | "
           f"walks {tally['walks']} completed {c} valid {tally['valid']} "
           f"({tally['valid'] / max(c, 1):6.1%}) invalid-UTF-8 {tally['surrogates']} | "

@@ -51,8 +51,9 @@ def fill_batch(sessions: Sequence, drafts: np.ndarray, n_drafts: np.ndarray, out
     n = int(n_drafts[b])
     row = s.lookahead(drafts[b, :n], out=out[b, :n + 1])
     states[b, :n + 1] = row
-    states[b, n + 1:] = mask_layout.UNREACHABLE
-    out[b, n + 1:] = 0
+    if n + 1 < out.shape[1]:
+      states[b, n + 1:] = mask_layout.UNREACHABLE
+      out[b, n + 1:] = 0
   return states, enabled
 
 
@@ -70,4 +71,4 @@ def _prefill_frontiers(sessions: Sequence, out: np.ndarray, threads: int) -> Non
   p = out.shape[1]
   matcher.batch_fill_next_token_bitmask([sessions[b]._m for b in rows], flat, [b * p for b in rows])
   for b in rows:
-    sessions[b]._frontier = out[b, :1].copy()
+    sessions[b]._set_frontier(out[b, :1].copy())

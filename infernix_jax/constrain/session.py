@@ -73,7 +73,9 @@ class OutputSession:
     self._m = _xgr.new_matcher(compiled._entry.grammar)
     self._pending: int | None = None  # tokens accepted by an uncommitted preview
     self._frontier: np.ndarray | None = None  # int32 [1, W] mask of the committed state
-    self._pending_frontier: np.ndarray | None = None
+    self._frontier_nonempty: bool | None = None
+    self._pending_frontier: tuple[np.ndarray, bool] | None = None
+    self._eos_bits = [(i >> 5, i & 31) for i in self.vocab.eos_ids]
     self.tokens_committed = 0
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
@@ -120,8 +122,18 @@ class OutputSession:
       buf = np.zeros((1, self._w), np.int32)
       if not self._m.is_terminated():
         self._m.fill_next_token_bitmask(buf, 0)
-      self._frontier = buf
+      self._set_frontier(buf)
     return self._frontier
+
+  def _set_frontier(self, words: np.ndarray, nonempty: bool | None = None) -> None:
+    """Caches the committed state's mask (int32 [1, W]) and, if known, whether it is empty."""
+    self._frontier = words
+    self._frontier_nonempty = nonempty
+
+  def _frontier_ready(self) -> bool:
+    if self._frontier_nonempty is None:
+      self._frontier_nonempty = bool(self._frontier_mask().any())
+    return self._frontier_nonempty
 
   def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
     """Per-position masks and states for a draft chain, with no persistent side effect.
@@ -135,7 +147,10 @@ class OutputSession:
     """
     if self._pending is not None:
       raise RuntimeError("lookahead while a preview is uncommitted: commit() or discard() first")
-    drafts = np.asarray(drafts).reshape(-1)
+    if isinstance(drafts, np.ndarray):
+      drafts = drafts.reshape(-1)
+    elif not isinstance(drafts, (list, tuple)):
+      drafts = list(drafts)
     k = len(drafts)
     _xgr.check_buffer(out, self._w)
     if out.ndim != 2 or out.shape[0] < k + 1:
@@ -149,19 +164,23 @@ class OutputSession:
     filled = 0  # rows 0..filled-1 of out were written (the rest get the zero filler)
     try:
       for i in range(k + 1):
-        if i == 0:
-          out[0] = self._frontier_mask()[0]
+        if i == 0 and self._frontier is not None:  # cached by the last preview/commit
+          out[0] = self._frontier[0]
+          nonempty = self._frontier_ready()
         else:
           m.fill_next_token_bitmask(out, i)
+          nonempty = None
         filled = i + 1
-        if not out[i].any():
+        if i < k:
+          d = int(drafts[i])
+          legal = 0 <= d < self._v and _bit(out[i], d)
+          if legal:
+            nonempty = True  # the draft's own bit proves the set non-empty (no scan)
+        if not (nonempty if nonempty is not None else out[i].any()):
           states[i] = DEAD_END
           break
         states[i] = READY
-        if i == k:
-          break
-        d = int(drafts[i])
-        if not (0 <= d < self._v and _bit(out[i], d)) or not m.accept_token(d):
+        if i == k or not legal or not m.accept_token(d):
           break
         accepted += 1
         if m.is_terminated():
@@ -169,7 +188,8 @@ class OutputSession:
     finally:
       if accepted:
         m.rollback(accepted)
-      out[filled:k + 1] = 0
+      if filled < k + 1:
+        out[filled:k + 1] = 0
     return states
 
   # --- transactions ----------------------------------------------------------------------------
@@ -184,7 +204,9 @@ class OutputSession:
       raise RuntimeError("preview while another preview is uncommitted")
     m = self._m
     accepted = 0
-    for t in np.asarray(tokens).reshape(-1):
+    if isinstance(tokens, np.ndarray):
+      tokens = tokens.reshape(-1).tolist()
+    for t in tokens:
       t = int(t)
       if m.is_terminated() or not 0 <= t < self._v or not m.accept_token(t):
         break
@@ -194,16 +216,23 @@ class OutputSession:
     buf = np.zeros((1, self._w), np.int32)
     if not terminated:
       m.fill_next_token_bitmask(buf, 0)
-    self._pending_frontier = buf
-    return PreviewResult(accepted=accepted, complete=terminated or bool(m.is_completed()),
-                         terminated=terminated, dead_end=not terminated and not buf.any())
+    nonempty = bool(buf.any())
+    self._pending_frontier = (buf, nonempty)
+    if terminated:
+      complete = True
+    elif self._eos_bits:  # the matcher allows EOS exactly when the output may end
+      complete = any((int(buf[0, w]) >> b) & 1 for w, b in self._eos_bits)
+    else:
+      complete = bool(m.is_completed())
+    return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
+                         dead_end=not terminated and not nonempty)
 
   def commit(self) -> None:
     """Confirms the preview (allocates and checks nothing)."""
     if self._pending is None:
       return
     if self._pending:
-      self._frontier = self._pending_frontier
+      self._set_frontier(*self._pending_frontier)
     self.tokens_committed += self._pending
     self._pending = None
     self._pending_frontier = None
