@@ -32,8 +32,7 @@ _ANNOTATIONS = frozenset((
 # Assertion keywords (any draft) outside the supported subset: rejected, or dropped if lenient.
 _UNSUPPORTED = frozenset((
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "uniqueItems", "contains", "minContains", "maxContains", "multipleOf", "patternProperties",
-    "propertyNames", "minProperties", "maxProperties", "unevaluatedItems",
+    "uniqueItems", "contains", "minContains", "maxContains", "multipleOf", "propertyNames", "minProperties", "maxProperties", "unevaluatedItems",
     "unevaluatedProperties", "format", "contentSchema", "$dynamicRef", "$dynamicAnchor",
     "$recursiveRef", "$recursiveAnchor", "$anchor", "discriminator"))
 _HINTS = {
@@ -44,7 +43,7 @@ _HINTS = {
     "uniqueItems": "drop it or use an enum of arrays",
 }
 _BY_TYPE = {
-    "object": ("properties", "required", "additionalProperties"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties"),
     "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems"),
     "string": ("minLength", "maxLength", "pattern"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
@@ -210,9 +209,6 @@ class _Normalizer(sm.Merger):
     typed = self.typed(s, ptr)
     if typed is not None or "type" in s:
       parts.append(typed)
-    for key in ("const", "enum"):
-      if key in s:
-        parts.append(self.values(s, key, f"{ptr}/{key}"))
     if "anyOf" in s:
       parts.append(sm.union(self.branches(s, "anyOf", ptr)))
     if "allOf" in s:
@@ -223,6 +219,9 @@ class _Normalizer(sm.Merger):
       out = self.merge(out, p, ptr)
     if "oneOf" in s:
       out = self.one_of(s, out, ptr)
+    for key in ("const", "enum"):
+      if key in s:
+        out = self.values(s, key, f"{ptr}/{key}", out)
     return out
 
   def branches(self, s: dict, key: str, ptr: str) -> list:
@@ -244,7 +243,8 @@ class _Normalizer(sm.Merger):
       return sm.union(branches)  # lenient: relaxed to anyOf (recorded above)
     return out
 
-  def values(self, s: dict, key: str, ptr: str) -> dict | None:
+  def values(self, s: dict, key: str, ptr: str, rest: dict | None) -> dict | None:
+    """The finite candidates of const/enum that satisfy every sibling assertion (``rest``)."""
     vals = [s[key]] if key == "const" else s[key]
     if key == "enum" and not isinstance(vals, list):
       self.invalid("enum must be an array of values", ptr)
@@ -252,6 +252,8 @@ class _Normalizer(sm.Merger):
       self.check_value(v, ptr if key == "const" else f"{ptr}/{i}")
     scalars, structured = [], []
     for v in vals:
+      if not self.validator.accepts(v, rest):
+        continue
       if isinstance(v, (dict, list)):
         if not any(sv.json_equal(v, w) for w in structured):
           structured.append(v)
@@ -389,7 +391,47 @@ class _Normalizer(sm.Merger):
         or len(set(required)) != len(required)):
       self.invalid("required must be an array of distinct strings", f"{ptr}/required")
     addl = self.node(s.get("additionalProperties", True), f"{ptr}/additionalProperties")
-    return self.finish_object(props, list(required), addl, ptr)
+    pattern_props = self.pattern_properties(s, props, addl, ptr)
+    out = self.finish_object(props, list(required), addl, ptr)
+    if out is not None and pattern_props is not None:
+      out["_pp"] = pattern_props
+    return out
+
+  def pattern_properties(self, s: dict, props: dict, addl: Any, ptr: str) -> tuple | None:
+    """(pattern, NF) of a supported patternProperties, or None.
+
+    Exact only for one pattern on a closed object whose declared names the pattern does not
+    match: xgrammar would otherwise let a key take the pattern path alone (skipping the
+    declared schema or the additionalProperties exclusion).
+    """
+    if "patternProperties" not in s:
+      return None
+    at = f"{ptr}/patternProperties"
+    pp = s["patternProperties"]
+    if not isinstance(pp, dict):
+      self.invalid("patternProperties must be an object of schemas", at)
+    if not pp:
+      return None
+    why = None
+    if len(pp) > 1:
+      why = "several patterns"
+    elif addl is not None:
+      why = "an object that is not closed (set additionalProperties: false)"
+    pat, sub = next(iter(pp.items()))
+    try:
+      rx = _python_pattern(pat)
+    except RegexError as e:
+      raise RegexError(f"patternProperties pattern: {e.message} (pattern position "
+                       f"{e.location})", f"{at}/{_esc(pat)}") from None
+    if why is None and any(rx.fullmatch(k) for k in props):
+      why = "a pattern that also matches a declared property name"
+    if why is not None:
+      self.fail(f"patternProperties is supported only with one pattern on a closed object "
+                f"whose declared names it does not match; this schema has {why}", at,
+                "patternProperties")
+      return None
+    sub_nf = self.node(sub, f"{at}/{_esc(pat)}")
+    return None if sub_nf is None else (pat, sub_nf)
 
   # Output -----------------------------------------------------------------------------------
   def emit(self, nf: Any) -> Any:
@@ -416,6 +458,10 @@ class _Normalizer(sm.Merger):
         nf["patternProperties"] = {_regex.key_complement(names):
                                    nf.pop("additionalProperties")}
         nf["additionalProperties"] = False
+    if "_pp" in nf:
+      conv = _regex.schema_pattern(nf["_pp"][0])
+      if conv is not None:  # keys are spelled without escapes, like pattern strings
+        out["patternProperties"] = {f"^({conv[0]})$": self.emit(nf["_pp"][1])}
     for k, v in nf.items():
       if k.startswith("_"):
         continue

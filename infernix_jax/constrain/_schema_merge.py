@@ -195,6 +195,10 @@ class Merger:
     return finish_leaf(out)
 
   def merge_objects(self, a: dict, b: dict, ptr: str) -> dict | None:
+    if "_pp" in a or "_pp" in b:
+      self.fail("intersecting an object that has patternProperties is not supported", ptr,
+                "patternProperties")
+      a, b = ({k: v for k, v in x.items() if k != "_pp"} for x in (a, b))  # lenient: dropped
     pa, pb = a.get("properties", {}), b.get("properties", {})
     aa, ab = _addl(a), _addl(b)
     props: dict[str, Any] = {}
@@ -298,8 +302,10 @@ class Merger:
       ra, rb = set(a.get("required", [])), set(b.get("required", []))
       pa, pb = a.get("properties", {}), b.get("properties", {})
       # One side requires a name the other (closed) side forbids.
-      if (b.get("additionalProperties") is False and any(k not in pb for k in ra)) or (
-          a.get("additionalProperties") is False and any(k not in pa for k in rb)):
+      closed_a = a.get("additionalProperties") is False and "_pp" not in a
+      closed_b = b.get("additionalProperties") is False and "_pp" not in b
+      if (closed_b and any(k not in pb for k in ra)) or (
+          closed_a and any(k not in pa for k in rb)):
         return True
       return any(self.disjoint(pa.get(k, {}), pb.get(k, {}), depth + 1) for k in ra & rb)
     if a["type"] in ("integer", "number") and b["type"] in ("integer", "number"):
@@ -321,7 +327,7 @@ def _domain(t: str) -> str:
 def _clean(v: Any) -> Any:
   """An NF without private bookkeeping keys (for equality)."""
   if isinstance(v, dict):
-    return {k: _clean(x) for k, x in v.items() if not k.startswith("_")}
+    return {k: _clean(x) for k, x in v.items() if k != "_at"}
   if isinstance(v, list):
     return [_clean(x) for x in v]
   return v

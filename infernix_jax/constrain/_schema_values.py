@@ -136,8 +136,14 @@ class Validator:
       addl = nf.get("additionalProperties", {})
       if any(k not in v for k in nf.get("required", [])):
         return False
+      pp = nf.get("_pp")
       for k, item in v.items():
-        sub = props[k] if k in props else (None if addl is False else addl)
+        if k in props:
+          sub = props[k]
+        elif pp is not None and self.pattern_regex(pp[0]).fullmatch(k):
+          sub = pp[1]
+        else:
+          sub = None if addl is False else addl
         if not self.accepts(item, sub, depth + 1):
           return False
       return True
