@@ -65,4 +65,13 @@ def test_prefix_choice_allows_end_and_continuation(byte_compiler):
 def test_gbnf_escapes_everything():
   g = _choice.choice_gbnf(["a\"b", "\\", "\n", "é", "😀", ""])
   assert g.startswith("root ::= ") and "\n" not in g[:-1]
-  assert '"\\U0001F600"' in g and '"\\xE9"' in g and '""' in g
+  assert '"\\U0001F600"' in g and '"\\u00E9"' in g and '""' in g
+
+
+def test_escape_followed_by_hex_digit_stays_one_character(byte_compiler):
+  """An escaped character followed by a hex digit stays two characters ("é" then "a")."""
+  compiled = byte_compiler.compile(ic.OutputConstraint.choice(["éa", "\n1"]))
+  for s, ok in (("éa", True), ("\n1", True), ("\u0e9a", False), ("é", False)):
+    data = list(s.encode("utf-8")) + [EOS]
+    r = compiled.new_session().preview(data)
+    assert (r.accepted == len(data) and r.terminated) == ok, s
