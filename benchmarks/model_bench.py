@@ -3,7 +3,8 @@
 Peer: Hugging Face transformers (torch, same dequantized GGUF weights, f32) decoding with
 its KV cache, measured in the same run (skipped with --no-peer or when torch is absent).
 
-  .venv/bin/python benchmarks/model_bench.py [--prompt 128] [--steps 32] [--p 5]
+  .venv/bin/python benchmarks/model_bench.py [--prompt 128] [--steps 32] [--p 5 9]
+      [--batch 1] [--dtypes float32 bfloat16] [--no-peer]
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ def bench_dtype(dtype: str, args) -> dict:
   cfg, model, _ = im.load_default(dtype=dtype)
   load_s = time.perf_counter() - start
   graphdef, state = nnx.split(model)
-  capacity = args.prompt + args.steps + args.p + 8
-  prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int32)
-  lengths = np.array([args.prompt], np.int32)
+  b = args.batch
+  capacity = args.prompt + max(args.p) + 8
+  prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (b, args.prompt)).astype(np.int32)
+  lengths = np.full((b,), args.prompt, np.int32)
 
   def run_prefill():
-    cache = im.KVCache.init(cfg, 1, capacity)
+    cache = im.KVCache.init(cfg, b, capacity)
     logits, _, cache = im.prefill(graphdef, state, cache, prompt, lengths)
     jax.block_until_ready(logits)
     return cache
@@ -49,7 +51,7 @@ def bench_dtype(dtype: str, args) -> dict:
   run_prefill()  # compile
   prefill_s = _time(run_prefill, 3)
   cache = run_prefill()
-  token = jnp.array([1], jnp.int32)
+  token = jnp.ones((b,), jnp.int32)
   _, _, cache = im.decode(graphdef, state, cache, token)  # compile
   committed = np.asarray(cache.lengths)  # host copy: the cache (with its lengths) is donated
 
@@ -60,19 +62,20 @@ def bench_dtype(dtype: str, args) -> dict:
     jax.block_until_ready(logits)
 
   decode_s = _time(run_decode, args.steps)
-  drafts = jnp.ones((1, args.p), jnp.int32)
-  cache = cache.with_lengths(committed)
-  _, _, cache = im.verify(graphdef, state, cache, drafts)  # compile
+  verify_ms = {}
+  for p in args.p:
+    drafts = jnp.ones((b, p), jnp.int32)
+    cache = cache.with_lengths(committed)
+    _, _, cache = im.verify(graphdef, state, cache, drafts)  # compile
 
-  def run_verify():
-    nonlocal cache
-    logits, _, cache = im.verify(graphdef, state, cache, drafts)
-    jax.block_until_ready(logits)
+    def run_verify():
+      nonlocal cache
+      logits, _, cache = im.verify(graphdef, state, cache, drafts)
+      jax.block_until_ready(logits)
 
-  verify_s = _time(run_verify, args.steps)
-  return dict(dtype=dtype, load_s=load_s, prefill_tok_s=args.prompt / prefill_s,
-              decode_ms=1e3 * decode_s, verify_ms=1e3 * verify_s, ratio=verify_s / decode_s,
-              model=model, cfg=cfg)
+    verify_ms[p] = 1e3 * _time(run_verify, args.steps)
+  return dict(dtype=dtype, load_s=load_s, prefill_tok_s=b * args.prompt / prefill_s,
+              decode_ms=1e3 * decode_s, verify_ms=verify_ms, model=model, cfg=cfg)
 
 
 def bench_orbax(cfg, model) -> float:
@@ -94,11 +97,12 @@ def bench_peer(args) -> dict | None:
   model = transformers.AutoModelForCausalLM.from_pretrained(
       path.parent, gguf_file=path.name, dtype=torch.float32).eval()
   load_s = time.perf_counter() - start
-  prompt = torch.tensor(np.random.default_rng(0).integers(0, 49152, (1, args.prompt)))
+  shape = (args.batch, args.prompt)
+  prompt = torch.tensor(np.random.default_rng(0).integers(0, 49152, shape))
   with torch.no_grad():
     out = model(prompt, use_cache=True)
     past = out.past_key_values
-    token = torch.tensor([[1]])
+    token = torch.ones((args.batch, 1), dtype=torch.long)
     times = []
     for _ in range(args.steps):
       start = time.perf_counter()
@@ -112,19 +116,24 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--prompt", type=int, default=128, help="prefill tokens")
   parser.add_argument("--steps", type=int, default=32, help="timed decode/verify calls")
-  parser.add_argument("--p", type=int, default=5, help="verified positions (K + 1)")
+  parser.add_argument("--p", type=int, nargs="+", default=[5],
+                      help="verified positions (K + 1), one or more")
+  parser.add_argument("--batch", type=int, default=1, help="rows B")
+  parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
   parser.add_argument("--no-peer", action="store_true", help="skip the transformers peer")
   args = parser.parse_args()
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}, prompt={args.prompt}, "
-        f"P={args.p}")
-  results = [bench_dtype("float32", args), bench_dtype("bfloat16", args)]
+        f"B={args.batch}, P={args.p}")
+  results = [bench_dtype(dtype, args) for dtype in args.dtypes]
   orbax_s = bench_orbax(results[0]["cfg"], results[0]["model"])
   print(f"{'dtype':10s} {'load s':>7s} {'prefill tok/s':>14s} {'decode ms':>10s} "
-        f"{'verify ms':>10s} {'verify/decode':>14s}")
+        + " ".join(f"{f'verify({p}) ms':>13s} {f'/decode':>8s}" for p in args.p))
   for r in results:
     print(f"{r['dtype']:10s} {r['load_s']:7.2f} {r['prefill_tok_s']:14.0f} "
-          f"{r['decode_ms']:10.1f} {r['verify_ms']:10.1f} {r['ratio']:14.2f}")
-  print(f"orbax reload of converted f32 params: {orbax_s:.2f} s "
+          f"{r['decode_ms']:10.1f} " + " ".join(
+              f"{r['verify_ms'][p]:13.1f} {r['verify_ms'][p] / r['decode_ms']:8.2f}"
+              for p in args.p))
+  print(f"orbax reload of converted {results[0]['dtype']} params: {orbax_s:.2f} s "
         f"(GGUF load {results[0]['load_s']:.2f} s, x{results[0]['load_s'] / orbax_s:.1f})")
   peer = None if args.no_peer else bench_peer(args)
   if peer:
