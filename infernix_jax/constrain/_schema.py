@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote
 
-from . import _regex
+from . import _regex, _schema_regex
 from . import _schema_merge as sm
 from . import _schema_values as sv
 from .errors import RegexError, SchemaError, UnsupportedSchemaError
@@ -455,11 +455,11 @@ class _Normalizer(sm.Merger):
       if nf.get("additionalProperties", {}) is not False:
         # Route additional keys through an exact, escape-free key pattern excluding every
         # declared or forbidden name (xgrammar lets re-spelled declared names through).
-        nf["patternProperties"] = {_regex.key_complement(names):
+        nf["patternProperties"] = {_schema_regex.key_complement(names):
                                    nf.pop("additionalProperties")}
         nf["additionalProperties"] = False
     if "_pp" in nf:
-      conv = _regex.schema_pattern(nf["_pp"][0])
+      conv = _schema_regex.schema_pattern(nf["_pp"][0])
       if conv is not None:  # keys are spelled without escapes, like pattern strings
         out["patternProperties"] = {f"^({conv[0]})$": self.emit(nf["_pp"][1])}
     for k, v in nf.items():
@@ -481,15 +481,15 @@ class _Normalizer(sm.Merger):
     lo, hi = nf.get("minLength", 0), nf.get("maxLength")
     if "pattern" in nf:
       try:
-        conv = _regex.schema_pattern(nf["pattern"], lo, hi)
-      except _regex.LengthUnsupported:
+        conv = _schema_regex.schema_pattern(nf["pattern"], lo, hi)
+      except _schema_regex.LengthUnsupported:
         conv = False
       if conv is False:
         key = "minLength" if lo else "maxLength"
         self.fail("minLength/maxLength together with this pattern cannot be enforced exactly "
                   "(it has several variable-length parts); fold the length into the pattern "
                   "(e.g. '^[a-z]{2,8}$')", f"{ptr}/{key}", key)
-        conv = _regex.schema_pattern(nf["pattern"])
+        conv = _schema_regex.schema_pattern(nf["pattern"])
       if conv is None:  # only reachable when lenient dropped nothing: caught in finish_leaf
         raise SchemaError("no string satisfies both the pattern and the length bounds", ptr)
       return {"type": "string", "pattern": conv[0]}
@@ -508,7 +508,7 @@ class _Normalizer(sm.Merger):
 
 @functools.lru_cache(maxsize=512)
 def _python_pattern(pattern: str) -> re.Pattern:
-  return re.compile(_regex.search_regex(pattern), re.S)
+  return re.compile(_schema_regex.search_regex(pattern), re.S)
 
 
 def _utf8(s: str, ptr: str) -> None:

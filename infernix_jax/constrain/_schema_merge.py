@@ -11,7 +11,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from . import _regex
+from . import _schema_regex
 from . import _schema_values as sv
 from .errors import UnsupportedSchemaError
 
@@ -67,10 +67,10 @@ def finish_leaf(leaf: dict) -> dict | None:
       return None
     if "pattern" in leaf:
       try:
-        if _regex.schema_pattern(leaf["pattern"], leaf.get("minLength", 0),
+        if _schema_regex.schema_pattern(leaf["pattern"], leaf.get("minLength", 0),
                                  leaf.get("maxLength")) is None:
           return None  # no JSON string the grammar can spell matches: nothing to generate
-      except _regex.LengthUnsupported:
+      except _schema_regex.LengthUnsupported:
         pass  # reported (or dropped if lenient) when the leaf is emitted
     return leaf
   if t == "array":

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _choice, _gbnf, _regex, _schema, _xgr
+from infernix_jax.constrain import _choice, _gbnf, _regex, _schema, _schema_regex, _xgr
 
 GBNF_DIR = Path(__file__).resolve().parents[2] / "../shared/data/gbnf"
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
@@ -40,7 +40,7 @@ REGEXY = st.lists(REGEX_ATOMS, max_size=14).map("".join)
 def test_regex_checker_never_crashes(pattern):
   out = only_constraint_errors(_regex.check_regex, pattern)
   assert out is None or isinstance(out, str)
-  only_constraint_errors(_regex.schema_pattern, pattern)
+  only_constraint_errors(_schema_regex.schema_pattern, pattern)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _regex
+from infernix_jax.constrain import _regex, _schema_regex
 from infernix_jax.constrain.errors import RegexError
 
 EOS = 256
@@ -116,12 +116,12 @@ def test_ecmascript_classes(byte_compiler, pattern, yes, no):
 
 
 def test_schema_pattern_is_search_and_json_safe():
-  xgr_pattern, py = _regex.schema_pattern("ab")
+  xgr_pattern, py = _schema_regex.schema_pattern("ab")
   rx = re.compile(py, re.S)
   assert rx.fullmatch("xxabyy") and rx.fullmatch("ab") and not rx.fullmatch("a b")
   assert not rx.fullmatch('a"ab')  # characters JSON must escape are never generated raw
-  _, py = _regex.schema_pattern("^ab$|c")
+  _, py = _schema_regex.schema_pattern("^ab$|c")
   rx = re.compile(py, re.S)
   assert rx.fullmatch("ab") and not rx.fullmatch("abx") and rx.fullmatch("xcx")
-  assert _regex.schema_pattern('^"$') is None  # only a raw quote would match
+  assert _schema_regex.schema_pattern('^"$') is None  # only a raw quote would match
   assert "\\u{22}" not in xgr_pattern and "\\u{5C}" not in xgr_pattern
