@@ -5,6 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 
+def llama_cpp_permute(w, heads):
+  """llama.cpp convert_hf_to_gguf's permutation, written from its definition (the oracle)."""
+  out = np.empty_like(w)
+  h = w.shape[0] // heads
+  for head in range(heads):
+    for i in range(h // 2):
+      for j in range(2):  # gguf row (head, i, j) holds hf row (head, j, i)
+        out[head * h + 2 * i + j] = w[head * h + j * (h // 2) + i]
+  return out
+
+
 def rms(x, w, eps):
   return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 

@@ -8,7 +8,7 @@ from flax import nnx
 
 from infernix_jax import models as im
 from tests.models import _tiny
-from tests.models.test_loaders import _llama_cpp_permute
+from tests.models._np_oracle import llama_cpp_permute
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -54,7 +54,7 @@ def _write_gguf(hf_model, arch, path):
       layer, rest = name[len("model.layers."):].split(".", 1)
       if arch == "llama" and rest.startswith(("self_attn.q_proj", "self_attn.k_proj")):
         heads = cfg.num_attention_heads if "q_proj" in rest else cfg.num_key_value_heads
-        value = _llama_cpp_permute(value if value.ndim == 2 else value[:, None], heads)
+        value = llama_cpp_permute(value if value.ndim == 2 else value[:, None], heads)
         value = value if "weight" in rest else value[:, 0]
       writer.add_tensor(f"blk.{layer}.{_NAMES[rest]}", value)
   writer.write_header_to_file()

@@ -9,26 +9,17 @@ from flax import nnx
 
 from infernix_jax import models as im
 from infernix_jax.models import _gguf
-
-
-def _llama_cpp_permute(w, heads):
-  """llama.cpp convert_hf_to_gguf's permutation, written from its definition (the oracle)."""
-  out = np.empty_like(w)
-  h = w.shape[0] // heads
-  for head in range(heads):
-    for i in range(h // 2):
-      for j in range(2):  # gguf row (head, i, j) holds hf row (head, j, i)
-        out[head * h + 2 * i + j] = w[head * h + j * (h // 2) + i]
-  return out
+from tests.models import _np_oracle
 
 
 @pytest.mark.parametrize("heads,head_dim", [(3, 8), (1, 4), (4, 6)])
 def test_unpermute_inverts_llama_cpp_permute(heads, head_dim):
   w = np.random.default_rng(0).normal(size=(heads * head_dim, 5)).astype(np.float32)
-  np.testing.assert_array_equal(_gguf.unpermute_rows(_llama_cpp_permute(w, heads), heads), w)
+  permute = _np_oracle.llama_cpp_permute
+  np.testing.assert_array_equal(_gguf.unpermute_rows(permute(w, heads), heads), w)
   bias = w[:, 0].copy()
   np.testing.assert_array_equal(
-      _gguf.unpermute_rows(_llama_cpp_permute(bias[:, None], heads)[:, 0], heads), bias)
+      _gguf.unpermute_rows(permute(bias[:, None], heads)[:, 0], heads), bias)
 
 
 def test_orbax_round_trip(tmp_path):
