@@ -157,3 +157,14 @@ def test_compile_choice_rejects_invalid_lists(toy):
   for bad in ([], "abc", [1, 2], None):
     with pytest.raises(ChoiceError):
       trie.compile_choice(toy, bad)
+
+
+def test_duplicate_spellings_are_all_legal():
+  # Two ordinary ids with the same bytes (some GGUF/tiktoken vocabularies have them).
+  toks = [b"a", b"b", b"ab", b"a", b"ba", b"<eos>"]
+  vocab = Vocabulary.from_tokens(toks, eos_ids=[5])
+  values = {b"ab", b"aba", b"b"}
+  compiled = trie.compile_choice(vocab, sorted(v.decode() for v in values))
+  assert trie.get_index(vocab)._multi_term
+  _check_all_nodes(vocab, values, compiled)
+  assert compiled.automaton.legal_ids(0).tolist() == [0, 1, 2, 3]

@@ -17,7 +17,6 @@ Per step the host does a lookup and a copy into the caller's buffer.
 
 from __future__ import annotations
 
-import array
 import bisect
 import dataclasses
 import time
@@ -56,18 +55,19 @@ class TrieAutomaton:
     self.end = self.n_nodes
     self.dead = self.n_nodes + 1
     self.mask_words = mask_layout.mask_words(self.vocab_size)
-    # array.array views make the per-step scalar lookups cheap (indexing yields Python ints,
-    # no numpy scalar boxing) at the arrays' own size (a memcpy, no per-element objects).
-    self._wp = array.array("q", self.word_ptr.astype(np.int64).tobytes())
-    self._rp = array.array("q", self.row_ptr.astype(np.int64).tobytes())
-    self._dense_of = array.array("i", self.dense_of.astype(np.int32).tobytes())
-    self._ids = array.array("i", self.ids.tobytes())
-    self._wi = array.array("i", self.word_idx.astype(np.int32).tobytes())
-    self._wv = array.array("i", self.word_val.astype(np.int32).tobytes())
-    self._next = array.array("i", self.next.tobytes())
+    # memoryviews make the per-step scalar lookups cheap (indexing yields Python ints, no
+    # numpy scalar boxing) with no copy and no per-element objects.
+    self._wp = memoryview(self.word_ptr)
+    self._rp = memoryview(self.row_ptr)
+    self._dense_of = memoryview(self.dense_of)
+    self._ids = memoryview(self.ids)
+    self._next = memoryview(self.next)
+    self._wi = memoryview(self.word_idx)
+    self._wv = memoryview(self.word_val)
 
   @classmethod
-  def build(cls, values, index, eos_ids, *, dense_fraction: float = 1 / 16) -> "TrieAutomaton":
+  def build(cls, values, index, eos_ids, *, dense_fraction: float = 1 / 16,
+            presorted: bool = False) -> "TrieAutomaton":
     """Compiles a set of byte strings against a vocabulary index.
 
     Args:
@@ -76,9 +76,10 @@ class TrieAutomaton:
       eos_ids: ids legal where a value ends.
       dense_fraction: a node whose mask has more than this fraction of W non-zero words is
         stored as a packed row.
+      presorted: ``values`` is already a sorted list of distinct bytes (skips a sort).
     """
     t0 = time.perf_counter()
-    trie = _bytetrie.build(values)
+    trie = _bytetrie.build(values, presorted=presorted)
     n = trie.n_nodes
     v_size = index.vocab_size
     w = mask_layout.mask_words(v_size)
@@ -99,17 +100,13 @@ class TrieAutomaton:
       dests.append(child[trow])
       cont = index.has_children[nxt]
       f_start, f_node, f_idx = s[cont], child[cont], nxt[cont]
-    term_nodes = np.unique(trie.terminal).astype(np.int64)
+    term_nodes = trie.terminal.astype(np.int64)   # distinct: one per unique value
     eos = np.asarray(sorted(set(int(e) for e in eos_ids)), dtype=np.int64)
     if eos.size and term_nodes.size:
       starts.append(np.repeat(term_nodes, eos.size))
       toks.append(np.tile(eos, term_nodes.size))
       dests.append(np.full(term_nodes.size * eos.size, n, dtype=np.int64))
-    s = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-    t = np.concatenate(toks) if toks else np.zeros(0, np.int64)
-    d = np.concatenate(dests) if dests else np.zeros(0, np.int64)
-    order = np.argsort(s * v_size + t, kind="stable")   # timsort: merges the per-round sorted runs
-    s, t, d = s[order], t[order], d[order]
+    s, t, d = _sort_pairs(starts, toks, dests, n, v_size)
     row_ptr = _ptr(s, n + 2)
     # Mask words: group (node, word) runs of the sorted pairs and OR their bits.
     word = t >> 5
@@ -131,14 +128,15 @@ class TrieAutomaton:
     dense = np.zeros((wide.size, w), dtype=np.int32)   # [Nd, W]
     in_wide = dense_of[wnode] >= 0
     dense[dense_of[wnode[in_wide]], widx[in_wide]] = wval[in_wide]
-    keep = ~in_wide
-    widx, wval, wnode = widx[keep], wval[keep], wnode[keep]
+    if wide.size:
+      keep = ~in_wide
+      widx, wval, wnode = widx[keep], wval[keep], wnode[keep]
     word_ptr = _ptr(wnode, n + 2)
     terminal = np.zeros(n + 2, dtype=bool)
     terminal[term_nodes] = True
     return cls(vocab_size=v_size, n_nodes=n, n_eos=int(eos.size), n_values=len(trie.strings),
                n_chars=trie.n_chars,
-               row_ptr=row_ptr, ids=t.astype(np.int32), next=d.astype(np.int32),
+               row_ptr=row_ptr, ids=t, next=d,
                terminal=terminal, word_ptr=word_ptr, word_idx=widx, word_val=wval,
                dense_of=dense_of, dense=dense, trie=dataclasses.replace(trie, strings=()),
                build_seconds=time.perf_counter() - t0)
@@ -253,6 +251,29 @@ class TrieAutomaton:
     arrays = (self.row_ptr, self.ids, self.next, self.terminal, self.word_ptr, self.word_idx,
               self.word_val, self.dense_of, self.dense, t.parent, t.byte, t.depth, t.child_ptr)
     return int(sum(a.nbytes for a in arrays))
+
+
+def _sort_pairs(starts, toks, dests, n, v_size):
+  """Concatenates the per-round (start, token, dest) arrays sorted by (start, token).
+
+  Each round's output is already sorted by start; one stable sort of packed int64 values
+  ``(start * V + token) << 21 | dest`` (no argsort indirection) orders everything when the
+  sizes fit 63 bits, else a stable argsort of the key.
+  """
+  s = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+  t = np.concatenate(toks) if toks else np.zeros(0, np.int64)
+  d = np.concatenate(dests) if dests else np.zeros(0, np.int64)
+  key = s * v_size + t
+  if (n + 2) < (1 << 21) and (n + 2) * v_size < (1 << 42):
+    packed = np.sort((key << 21) | d, kind="stable")
+    d = packed & ((1 << 21) - 1)
+    key = packed >> 21
+    s = key // v_size
+    t = key - s * v_size
+  else:
+    order = np.argsort(key, kind="stable")
+    s, t, d = s[order], t[order], d[order]
+  return s, t.astype(np.int32), d.astype(np.int32)
 
 
 def _ptr(sorted_rows: np.ndarray, n_rows: int) -> np.ndarray:

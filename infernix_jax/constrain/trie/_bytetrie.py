@@ -56,16 +56,17 @@ class ByteTrie:
     return node
 
 
-def build(strings) -> ByteTrie:
+def build(strings, *, presorted: bool = False) -> ByteTrie:
   """Builds the trie of a collection of byte strings (duplicates are merged).
 
   Args:
     strings: iterable of ``bytes``.
+    presorted: the strings are already sorted and distinct (skips dedupe and sort).
 
   Returns:
     The ByteTrie; ``terminal[i]`` is the node of ``strings_sorted[i]``.
   """
-  uniq = sorted(set(strings))
+  uniq = list(strings) if presorted else sorted(set(strings))
   u = len(uniq)
   lens = np.fromiter(map(len, uniq), dtype=np.int64, count=u)
   n_chars = int(lens.sum())
@@ -122,6 +123,8 @@ def expand_children(child_ptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarra
   """
   start = child_ptr[nodes]
   cnt = child_ptr[nodes + 1] - start
+  if bool((cnt == 1).all()):   # chains (most of a trie): one child each, no expansion
+    return np.arange(nodes.shape[0], dtype=np.int64), start
   total = int(cnt.sum())
   rows = np.repeat(np.arange(nodes.shape[0], dtype=np.int64), cnt)
   if total == 0:

@@ -63,6 +63,12 @@ class VocabIndex:
     self.term_ids = tok_ids[order].astype(np.int32)
     self.term_ptr = np.searchsorted(tok_node[order], np.arange(m + 1)).astype(np.int64)
     self.has_children = np.diff(trie.child_ptr) > 0
+    term_cnt = np.diff(self.term_ptr)
+    # Vocabularies whose ids all have distinct bytes (the usual case) take a gather fast path.
+    self._multi_term = bool((term_cnt > 1).any())
+    self._term_first = np.where(term_cnt > 0, self.term_ids[np.minimum(
+        self.term_ptr[:-1], max(self.term_ids.size - 1, 0))] if self.term_ids.size else -1,
+                                -1).astype(np.int32)
     self._build_tables(trie)
     self.build_seconds = time.perf_counter() - t0
     self.build_cpu_seconds = time.process_time() - c0
@@ -141,6 +147,10 @@ class VocabIndex:
     Returns:
       (rows int64 [C], ids int32 [C]): token ``ids[j]`` ends at ``nodes[rows[j]]``.
     """
+    if not self._multi_term:   # every node spells at most one token: a single gather
+      tid = self._term_first[nodes]
+      rows = np.flatnonzero(tid >= 0)
+      return rows, tid[rows]
     start = self.term_ptr[nodes]
     cnt = self.term_ptr[nodes + 1] - start
     rows = np.repeat(np.arange(nodes.shape[0], dtype=np.int64), cnt)

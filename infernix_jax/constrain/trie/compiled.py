@@ -18,7 +18,8 @@ class CompiledTrie:
 
   Attributes:
     vocab: the Vocabulary it was compiled against.
-    values: the canonical choice literals (deduplicated, sorted by UTF-8 bytes).
+    raw_values: the canonical choice literals as UTF-8 bytes (deduplicated, sorted).
+    values: the same literals as str (decoded on first access).
     automaton: the TrieAutomaton tables.
     index_seconds: time spent building the vocabulary index in this compile (0 when cached).
     build_seconds: wall time of the build (index included).
@@ -30,10 +31,11 @@ class CompiledTrie:
   backend = "trie"
   dropped = ()
 
-  def __init__(self, vocab, values, automaton, index_seconds, build_seconds, constraint=None,
+  def __init__(self, vocab, raw_values, automaton, index_seconds, build_seconds, constraint=None,
                cache_status="built", compile_seconds=None):
     self.vocab = vocab
-    self.values = values
+    self.raw_values = raw_values
+    self._values = None
     self.automaton = automaton
     self.index_seconds = index_seconds
     self.build_seconds = build_seconds
@@ -43,16 +45,23 @@ class CompiledTrie:
 
   def with_status(self, status: str, seconds: float, constraint=None) -> "CompiledTrie":
     """The same shared tables, reported as another call's cache status and seconds."""
-    return CompiledTrie(self.vocab, self.values, self.automaton, self.index_seconds,
+    return CompiledTrie(self.vocab, self.raw_values, self.automaton, self.index_seconds,
                         self.build_seconds, constraint or self.constraint, status, seconds)
 
   @property
+  def values(self) -> tuple[str, ...]:
+    """The canonical literals as str (sorted by their UTF-8 bytes)."""
+    if self._values is None:
+      self._values = tuple(b.decode("utf-8") for b in self.raw_values)
+    return self._values
+
+  @property
   def key(self) -> tuple:
-    return ("choice", self.values, "trie", self.vocab.identity)
+    return ("choice", self.raw_values, "trie", self.vocab.identity)
 
   @property
   def compiled_source(self) -> str:
-    return f"trie over {len(self.values)} values"
+    return f"trie over {len(self.raw_values)} values"
 
   def new_session(self, prefix: bytes | str = b"") -> TrieSession:
     """A fresh session at the start of the value (or after the continuation ``prefix``).
@@ -91,10 +100,35 @@ def compile_choice(vocab, values, *, dense_fraction: float = 1 / 16) -> Compiled
     ChoiceError: ``values`` is not a non-empty list of strings.
   """
   t0 = time.perf_counter()
-  canon = canonical_choices(values)
+  return _compile_canonical(vocab, canonical_bytes(values), dense_fraction, t0)
+
+
+def canonical_bytes(values) -> tuple[bytes, ...]:
+  """The canonical choice set (as ``_choice.canonical_choices``) as sorted distinct UTF-8 bytes.
+
+  One encode per value (large sets spend most of their compile time here otherwise); invalid
+  input is handed to ``canonical_choices`` so the error and its location are the same.
+
+  Raises:
+    ChoiceError: not a non-empty list of strings.
+  """
+  if isinstance(values, (list, tuple)) and values:
+    try:
+      raw = sorted({v.encode("utf-8") for v in values})
+    except (AttributeError, TypeError, UnicodeEncodeError):
+      raw = None
+    if raw is not None:
+      return tuple(raw)
+  canonical_choices(values)   # raises the ChoiceError naming the offending index
+  raise AssertionError("canonical_choices accepted what the fast path rejected")  # unreachable
+
+
+def _compile_canonical(vocab, raw, dense_fraction=1 / 16, t0=None) -> CompiledTrie:
+  """Compiles an already canonical set (``raw``: sorted distinct UTF-8 bytes)."""
+  t0 = time.perf_counter() if t0 is None else t0
   cold = not _index.is_cached(vocab)
   index = _index.get_index(vocab)
   index_seconds = index.build_seconds if cold else 0.0
-  automaton = TrieAutomaton.build([v.encode("utf-8") for v in canon], index, vocab.eos_ids,
-                                  dense_fraction=dense_fraction)
-  return CompiledTrie(vocab, canon, automaton, index_seconds, time.perf_counter() - t0)
+  automaton = TrieAutomaton.build(raw, index, vocab.eos_ids, dense_fraction=dense_fraction,
+                                  presorted=True)   # raw is sorted and distinct already
+  return CompiledTrie(vocab, raw, automaton, index_seconds, time.perf_counter() - t0)
