@@ -125,8 +125,9 @@ class OutputSession:
       self._set_frontier(buf)
     return self._frontier
 
-  def _set_frontier(self, words: np.ndarray, nonempty: bool | None = None) -> None:
-    """Caches the committed state's mask (int32 [1, W]) and, if known, whether it is empty."""
+  def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
+    """Caches the committed state's mask (int32 [1, W]; None = drop the cache) and, if
+    known, whether it is non-empty."""
     self._frontier = words
     self._frontier_nonempty = nonempty
 
@@ -170,6 +171,8 @@ class OutputSession:
         else:
           m.fill_next_token_bitmask(out, i)
           nonempty = None
+          if i == 0:  # cache the committed mask: a repeated lookahead (redraw) reuses it
+            self._set_frontier(out[0:1].copy())
         filled = i + 1
         if i < k:
           d = int(drafts[i])
