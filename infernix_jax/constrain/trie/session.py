@@ -36,6 +36,7 @@ class TrieSession:
     """
     self.automaton = automaton
     self.compiled = compiled
+    self.vocab = getattr(compiled, "vocab", None)
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
     self.prefix = bytes(prefix)
