@@ -31,8 +31,8 @@ _ANNOTATIONS = frozenset((
     "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$vocabulary"))
 # Assertion keywords (any draft) outside the supported subset: rejected, or dropped if lenient.
 _UNSUPPORTED = frozenset((
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "uniqueItems", "contains", "minContains", "maxContains", "multipleOf", "propertyNames", "minProperties", "maxProperties", "unevaluatedItems",
+    "not", "if", "then", "else", "uniqueItems", "contains", "minContains", "maxContains",
+    "multipleOf", "propertyNames", "minProperties", "maxProperties", "unevaluatedItems",
     "unevaluatedProperties", "format", "contentSchema", "$dynamicRef", "$dynamicAnchor",
     "$recursiveRef", "$recursiveAnchor", "$anchor", "discriminator"))
 _HINTS = {
@@ -43,13 +43,15 @@ _HINTS = {
     "uniqueItems": "drop it or use an enum of arrays",
 }
 _BY_TYPE = {
-    "object": ("properties", "required", "additionalProperties", "patternProperties"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties"),  # and
+    # dependent*/dependencies, which build typeless schemas of their own
     "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems"),
     "string": ("minLength", "maxLength", "pattern"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
 }
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 _TYPED_KEYWORDS = frozenset(k for ks in _BY_TYPE.values() for k in ks)
+MAX_DEPENDENCIES = 6
 _KNOWN_DIALECT = re.compile(
     r"^https?://json-schema\.org/(draft/20(20-12|19-09)|draft-0[3-7])/(schema)?#?$")
 _ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -214,6 +216,7 @@ class _Normalizer(sm.Merger):
     if "allOf" in s:
       for b in self.branches(s, "allOf", ptr):
         parts.append(b)
+    parts.extend(self.dependencies(s, ptr))
     out: dict | None = {}
     for p in parts:
       out = self.merge(out, p, ptr)
@@ -222,6 +225,44 @@ class _Normalizer(sm.Merger):
     for key in ("const", "enum"):
       if key in s:
         out = self.values(s, key, f"{ptr}/{key}", out)
+    return out
+
+  def dependencies(self, s: dict, ptr: str) -> list:
+    """NFs of dependentRequired / dependentSchemas / draft-07 dependencies.
+
+    "if name is present then D" is exactly anyOf[name absent (a forbidden property), name
+    present and D]; non-objects pass both branches. Each dependency doubles the branches of
+    the object, so more than MAX_DEPENDENCIES per object are rejected.
+    """
+    deps: list[tuple[str, str, Any]] = []  # (pointer, name, list of names | schema)
+    for key in ("dependentRequired", "dependentSchemas", "dependencies"):
+      if key not in s:
+        continue
+      if not isinstance(s[key], dict):
+        self.invalid(f"{key} must be an object", f"{ptr}/{key}")
+      for name, dep in s[key].items():
+        at = f"{ptr}/{key}/{_esc(name)}"
+        is_names = isinstance(dep, list)
+        if (key == "dependentRequired" and not is_names) or (
+            key == "dependentSchemas" and is_names):
+          what = "arrays of names" if key == "dependentRequired" else "schemas"
+          self.invalid(f"{key} values must be {what}", at)
+        if is_names and not all(isinstance(x, str) for x in dep):
+          self.invalid("dependency names must be strings", at)
+        deps.append((at, name, dep))
+    if len(deps) > MAX_DEPENDENCIES:
+      self.fail(f"more than {MAX_DEPENDENCIES} property dependencies on one object are not "
+                "supported (each doubles the grammar)", deps[0][0].rsplit("/", 1)[0],
+                deps[0][0].rsplit("/", 2)[1])
+      return []
+    out = []
+    for at, name, dep in deps:
+      absent = self.node({"properties": {name: False}}, at)
+      if isinstance(dep, list):
+        present = self.node({"required": list(dict.fromkeys([name] + dep))}, at)
+      else:
+        present = self.merge(self.node({"required": [name]}, at), self.node(dep, at), at)
+      out.append(sm.union([absent, present]))
     return out
 
   def branches(self, s: dict, key: str, ptr: str) -> list:

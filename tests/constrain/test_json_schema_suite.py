@@ -41,7 +41,7 @@ def test_suite(draft, byte_vocab, compiler):
 
 
 @pytest.mark.parametrize("schema,keyword", [
-    ('{"type": "object", "dependentSchemas": {"a": {}}}', "dependentSchemas"),
+    ('{"type": "object", "uniqueItems": true}', "uniqueItems"),
     ('{"items": {"$dynamicRef": "#x"}}', "$dynamicRef"),
     ('{"$ref": "http://localhost:1234/draft2020-12/integer.json"}', "$ref"),
 ])
