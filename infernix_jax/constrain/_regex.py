@@ -17,6 +17,7 @@ from typing import Union
 from .errors import RegexError
 
 MAX_CODE_POINT = 0x10FFFF
+MAX_GROUPS = 200  # nesting depth bound for our recursive parser and xgrammar's
 MAX_REPEAT = 2**31 - 1  # xgrammar keeps counted repetitions lazy up to int32
 
 # A class is a tuple of disjoint, sorted, inclusive (lo, hi) code-point ranges.
@@ -390,6 +391,9 @@ def parse(pattern: str) -> list[Branch]:
   """Parses a pattern into top-level branches; raises RegexError with line:column."""
   if not isinstance(pattern, str):
     raise RegexError(f"a regex must be a string, got {type(pattern).__name__}")
+  if pattern.count("(") > MAX_GROUPS:
+    raise RegexError(f"more than {MAX_GROUPS} groups are not supported",
+                     _Parser(pattern).loc(pattern.index("(")))
   return _Parser(pattern).parse_top()
 
 

@@ -52,6 +52,7 @@ _BY_TYPE = {
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 _TYPED_KEYWORDS = frozenset(k for ks in _BY_TYPE.values() for k in ks)
 MAX_DEPENDENCIES = 6
+MAX_KEY_CHARS = 256  # the additional-key pattern nests once per character of each name
 _KNOWN_DIALECT = re.compile(
     r"^https?://json-schema\.org/(draft/20(20-12|19-09)|draft-0[3-7])/(schema)?#?$")
 _ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -493,6 +494,12 @@ class _Normalizer(sm.Merger):
       nf["properties"] = {k: v for k, v in nf["properties"].items() if v is not None}
       if not nf["properties"]:
         del nf["properties"]
+      long_names = [k for k in names if len(k) > MAX_KEY_CHARS]
+      if long_names and nf.get("additionalProperties", {}) is not False:
+        raise UnsupportedSchemaError(
+            f"property names longer than {MAX_KEY_CHARS} characters on an object that allows "
+            "additional properties are not supported", f"{nf.get('_at', '')}/properties/"
+            f"{_esc(long_names[0])}")
       if nf.get("additionalProperties", {}) is not False:
         # Route additional keys through an exact, escape-free key pattern excluding every
         # declared or forbidden name (xgrammar lets re-spelled declared names through).

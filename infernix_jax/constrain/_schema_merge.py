@@ -222,7 +222,7 @@ class Merger:
           return None
         if addl is None:
           del props[k]  # a closed object forbids it anyway
-    out: dict = {"type": "object"}
+    out: dict = {"type": "object", "_at": ptr}
     if props:
       out["properties"] = props
     if required:

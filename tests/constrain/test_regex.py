@@ -55,6 +55,7 @@ def whole_match(compiler, pattern: str, text: str) -> bool:
     ("\\", "1:1", "lone backslash"),
     (r"\u{110000}", "1:1", "U+10FFFF"),
     ("a{2147483648}", "1:2", "repetition counts"),
+    ("x" + "(" * 300 + "a" + ")" * 300, "1:2", "groups"),
 ])
 def test_rejections_carry_line_column(pattern, loc, words):
   with pytest.raises(RegexError) as e:
