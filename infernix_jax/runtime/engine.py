@@ -253,15 +253,18 @@ class Engine:
         dparams=self.dparams, dstate=self.dstate)
     drafts_d, n_d, q_d, logits, hidden, self.cache, self.dstate = out
     if host.any_constrained():
-      h0 = time.perf_counter()
       q_host = None
       if self.drafter.device:
-        # Only the small draft arrays come back (q too for masked q of sampling drafters).
+        # Only the small draft arrays come back (q too for masked q of sampling drafters);
+        # this waits for the proposal only, the verify keeps running.
+        w0 = time.perf_counter()
         drafts, n_drafts = jax.device_get((drafts_d, n_d))
         if self.masked_q and self.drafter.sampling:
           q_host = self.drafter.q_to_host(q_d)
+        self.stats["draft_wait_seconds"] += time.perf_counter() - w0
       else:
         drafts, n_drafts = host.host_drafts, host.host_n
+      h0 = time.perf_counter()
       drafts, n_drafts, changed = host.fill_masks(drafts, n_drafts, q_host)
       mask = jax.device_put(host.mask_buf)
       states, enabled = jnp.asarray(host.states), jnp.asarray(host.enabled)

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 
 from infernix_jax.runtime import _deps
 
-__all__ = ["finish_core", "finish_stage", "forward_core", "forward_stage",
-           "prefill_row", "update_stage", "clear_rows"]
+__all__ = ["clear_rows", "finish_core", "finish_stage", "forward_core", "forward_stage",
+           "prefill_row", "propose_stage", "update_stage", "verify_stage"]
 
 
 def forward_core(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host,
@@ -43,27 +43,62 @@ def forward_core(graphdef, state, cache, lengths, anchor, host_drafts, host_n, u
     (drafts i32[B, K], n_drafts i32[B], q, logits f32[B, P, Vm], hidden [B, P, D], cache,
     dstate), q in the pallas q types (OneHotQ / SparseQ / DenseQ).
   """
-  cache = cache.with_lengths(lengths)
-  if drafter.device:
-    drafts, n_drafts, q, dstate = drafter.device_propose(dparams, dstate, anchor, lengths,
-                                                         host_drafts, use_host, seed, position)
-    drafts = jnp.where(use_host[:, None], host_drafts, drafts)  # [B, K]
-    n_drafts = jnp.where(use_host, host_n, n_drafts)
-    q = drafter.host_rows_one_hot(q, host_drafts, use_host)
-  else:
-    drafts, n_drafts, q = host_drafts, host_n, _deps.onehot_q()
-  tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
-  logits, hidden, cache = _deps.verify(graphdef, state, cache, tokens)
+  drafts, n_drafts, q, dstate = propose_core(anchor, lengths, host_drafts, host_n, use_host,
+                                             seed, position, drafter, dparams, dstate)
+  logits, hidden, cache = verify_core(graphdef, state, cache, lengths, anchor, drafts)
   return drafts, n_drafts, q, logits, hidden, cache, dstate
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "drafter"),
-                   donate_argnames=("cache", "dstate"))
+def propose_core(anchor, lengths, host_drafts, host_n, use_host, seed, position, drafter,
+                 dparams, dstate):
+  """The drafter half of Forward: (drafts i32[B, K], n_drafts i32[B], q, dstate)."""
+  if not drafter.device:
+    return host_drafts, host_n, _deps.onehot_q(), dstate
+  drafts, n_drafts, q, dstate = drafter.device_propose(dparams, dstate, anchor, lengths,
+                                                       host_drafts, use_host, seed, position)
+  drafts = jnp.where(use_host[:, None], host_drafts, drafts)  # [B, K]
+  n_drafts = jnp.where(use_host, host_n, n_drafts)
+  q = drafter.host_rows_one_hot(q, host_drafts, use_host)
+  return drafts, n_drafts, q, dstate
+
+
+def verify_core(graphdef, state, cache, lengths, anchor, drafts):
+  """The target half of Forward: verify over [anchor, drafts] -> (logits, hidden, cache)."""
+  cache = cache.with_lengths(lengths)
+  tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
+  return _deps.verify(graphdef, state, cache, tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("drafter",), donate_argnames=("dstate",))
+def propose_stage(anchor, lengths, host_drafts, host_n, use_host, seed, position, *, drafter,
+                  dparams, dstate):
+  """Forward, part 1 (jitted): the device drafter's proposal."""
+  return propose_core(anchor, lengths, host_drafts, host_n, use_host, seed, position, drafter,
+                      dparams, dstate)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("cache",))
+def verify_stage(graphdef, state, cache, lengths, anchor, drafts):
+  """Forward, part 2 (jitted): the target verify over [anchor, drafts]."""
+  return verify_core(graphdef, state, cache, lengths, anchor, drafts)
+
+
 def forward_stage(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host, seed,
                   position, *, drafter, dparams, dstate):
-  """Forward stage: drafter proposal, then the target verify over [anchor, drafts]."""
-  return forward_core(graphdef, state, cache, lengths, anchor, host_drafts, host_n, use_host,
-                      seed, position, drafter, dparams, dstate)
+  """Forward stage of the `stages` bridge: proposal, then the target verify.
+
+  Two jitted dispatches rather than one program, so the draft ids are ready (and read back
+  by the host for lookahead) while the target's verify is still running: JAX's async
+  dispatch gives the overlap of DESIGN.md section 1. Host drafters skip the proposal.
+  """
+  if drafter.device:
+    drafts, n_drafts, q, dstate = propose_stage(anchor, lengths, host_drafts, host_n, use_host,
+                                                seed, position, drafter=drafter,
+                                                dparams=dparams, dstate=dstate)
+  else:
+    drafts, n_drafts, q = host_drafts, host_n, _deps.onehot_q()
+  logits, hidden, cache = verify_stage(graphdef, state, cache, lengths, anchor, drafts)
+  return drafts, n_drafts, q, logits, hidden, cache, dstate
 
 
 def finish_core(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,

@@ -133,7 +133,7 @@ class GenerationResult:
   error_kind: str | None = None  # GenerationError.kind
   constraint: ConstraintReport | None = None
   rounds: list[RoundStat] = dataclasses.field(default_factory=list)
-  wall_seconds: float = 0.0  # admission to finish
+  wall_seconds: float = 0.0  # submit to finish (queue wait, prefill and decoding)
 
   @property
   def drafted(self) -> int:

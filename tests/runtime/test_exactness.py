@@ -94,6 +94,9 @@ SAMPLING = [  # (drafter, constrained, masked q)
     ("dflash2", True, True),
     ("dflash2", True, False),
     ("mtp+jump", True, True),
+    ("dflash", True, True),
+    ("draft", False, True),
+    ("jump", True, True),
 ]
 
 
