@@ -75,6 +75,9 @@ class OutputSession:
     self._frontier: np.ndarray | None = None  # int32 [1, W] mask of the committed state
     self._frontier_nonempty: bool | None = None
     self._pending_frontier: tuple[np.ndarray, bool] | None = None
+    # Two scratch rows, double-buffered: the committed mask lives in one while a preview
+    # fills the other (no allocation per round).
+    self._bufs = (np.zeros((1, self._w), np.int32), np.zeros((1, self._w), np.int32))
     self._eos_bits = [(i >> 5, i & 31) for i in self.vocab.eos_ids]
     self.tokens_committed = 0
     if isinstance(prefix, str):
@@ -100,7 +103,7 @@ class OutputSession:
     """Some non-EOS token is legal now ("may end" is not "must end")."""
     if self.terminated:
       return False
-    words = self._frontier_mask()
+    words = self._pending_frontier[0] if self._pending is not None else self._frontier_mask()
     allowed = mask_layout.unpack(words, self._v)[0]
     allowed[list(self.vocab.eos_ids)] = False
     return bool(allowed.any())
@@ -114,16 +117,24 @@ class OutputSession:
 
   def fill_mask(self, out: np.ndarray) -> bool:
     """Writes the committed state's legal set into ``out`` (int32 [W]); False when empty."""
+    if self._pending is not None:
+      raise RuntimeError("fill_mask while a preview is uncommitted: commit() or discard() first")
     out[...] = self._frontier_mask()[0]
     return bool(out.any())
 
   def _frontier_mask(self) -> np.ndarray:
     if self._frontier is None:
-      buf = np.zeros((1, self._w), np.int32)
-      if not self._m.is_terminated():
+      buf = self._spare()
+      if self._m.is_terminated():
+        buf.fill(0)
+      else:
         self._m.fill_next_token_bitmask(buf, 0)
       self._set_frontier(buf)
     return self._frontier
+
+  def _spare(self) -> np.ndarray:
+    """The scratch row that does not hold the committed mask."""
+    return self._bufs[1] if self._frontier is self._bufs[0] else self._bufs[0]
 
   def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
     """Caches the committed state's mask (int32 [1, W]; None = drop the cache) and, if
@@ -172,7 +183,9 @@ class OutputSession:
           m.fill_next_token_bitmask(out, i)
           nonempty = None
           if i == 0:  # cache the committed mask: a repeated lookahead (redraw) reuses it
-            self._set_frontier(out[0:1].copy())
+            spare = self._spare()
+            np.copyto(spare, out[0:1])
+            self._set_frontier(spare)
         filled = i + 1
         if i < k:
           d = int(drafts[i])
@@ -216,8 +229,10 @@ class OutputSession:
       accepted += 1
     self._pending = accepted
     terminated = bool(m.is_terminated())
-    buf = np.zeros((1, self._w), np.int32)
-    if not terminated:
+    buf = self._spare()
+    if terminated:
+      buf.fill(0)
+    else:
       m.fill_next_token_bitmask(buf, 0)
     nonempty = bool(buf.any())
     self._pending_frontier = (buf, nonempty)
