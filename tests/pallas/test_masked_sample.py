@@ -174,9 +174,10 @@ def test_randomness_depends_on_seed_position_purpose_not_row():
   kt, _ = ip.masked_sample_kernel(*args, seed[perm], position[perm], vocab_size=v,
                                   interpret=True)
   np.testing.assert_array_equal(np.asarray(kt), np.asarray(base)[perm])
+  # Other positions or another purpose give other draws.
   others = [ip.masked_sample_reference(*args, same, jnp.full((r,), 9 + d, jnp.int32),
                                        purpose=pu, vocab_size=v)[0][0]
-            for d, pu in [(1, 0), (2, 0), (0, 1), (0, 2), (3, 0), (0, 3)]]
+            for d, pu in [(1, 0), (2, 0), (3, 0), (0, 1)]]
   assert len(set(int(t) for t in others) | {int(tok[0])}) > 2
 
 
@@ -192,7 +193,17 @@ def test_errors_and_dispatch(monkeypatch):
     ip.resolve_impl()
   monkeypatch.setenv("INFERNIX_PALLAS_IMPL", "auto")
   assert ip.resolve_impl() == ("kernel" if jax.default_backend() == "gpu" else "reference")
-  a = ip.masked_sample(logits, mask, enabled, params, seed, position, vocab_size=100)
-  b = ip.masked_sample(logits, mask, enabled, params, seed, position, vocab_size=100,
-                       impl="interpret")
+  # Routing: "interpret" reaches the kernel with interpret=True (stubbed: the interpreted
+  # kernel itself is compared with the reference in the kernel test classes).
+  calls = []
+  monkeypatch.setattr(ip.dispatch._ms, "masked_sample_kernel",
+                      lambda *a, **kw: calls.append(kw) or ("kernel", kw["interpret"]))
+  monkeypatch.setenv("INFERNIX_PALLAS_IMPL", "interpret")
+  assert ip.masked_sample(logits, mask, enabled, params, seed, position,
+                          vocab_size=100) == ("kernel", True)
+  assert calls[0]["vocab_size"] == 100
+  a = ip.masked_sample(logits, mask, enabled, params, seed, position, vocab_size=100,
+                       impl="reference")
+  b = ip.masked_sample_reference(logits, mask, enabled, params, seed, position, vocab_size=100)
   np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert len(calls) == 1

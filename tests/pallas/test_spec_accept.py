@@ -200,13 +200,15 @@ class SpecAcceptKernelTest:
     return ip.spec_accept_kernel(**kw, interpret=self.INTERPRET,
                                  block=ip.BlockSizes(2, 4, 1) if self.INTERPRET else None)
 
-  @pytest.mark.parametrize("kind", ["onehot", "sparse", "dense"])
-  def test_kernel_matches_reference(self, kind):
+  @pytest.mark.parametrize("kind,dtype", [("onehot", jnp.float32), ("sparse", jnp.bfloat16),
+                                          ("dense", jnp.bfloat16)])
+  def test_kernel_matches_reference(self, kind, dtype):
     world = World(20, 40, 3, seed=7, legal_frac=0.8)
     rng = np.random.default_rng(1)
     rows = 16
     inputs = world.batch(rows, kind, dict(temperature=1.0), rng,
                          n_drafts=rng.integers(0, 4, rows))
+    inputs["logits"] = inputs["logits"].astype(dtype)
     r = np.arange(rows)
     inputs["params"] = ip.SamplingParams.create(
         rows, temperature=np.where(r % 6 == 0, 0.0, 0.6 + 0.1 * (r % 5)),
