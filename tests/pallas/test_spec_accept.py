@@ -132,6 +132,23 @@ def test_greedy_is_sequential_argmax():
   assert 0 < np.mean(accepted) and np.any(accepted == K)
 
 
+def test_rows_move_without_changing_their_stream():
+  """Permuting rows (lanes) permutes the results: randomness never sees the row index."""
+  world = World(V, VM, K, seed=4)
+  rng = np.random.default_rng(8)
+  rows = 64
+  inputs = world.batch(rows, "dense", dict(temperature=1.0), rng,
+                       n_drafts=rng.integers(0, K + 1, rows))
+  perm = rng.permutation(rows)
+  moved = {k: (jax.tree.map(lambda x: x[perm], v) if k != "q" else ip.DenseQ(v.probs[perm]))
+           for k, v in inputs.items()}
+  base = _run(ip.spec_accept_reference, inputs)
+  got = _run(ip.spec_accept_reference, moved)
+  for a, b in zip(base, got):
+    np.testing.assert_array_equal(b, a[perm])
+  assert len(set(base[0])) > 1
+
+
 def _edge_inputs():
   """Hand-built rows: DeadEnd reached / not reached, Unreachable after EOS, NaN, disabled."""
   b, v, p = 8, 40, 3
