@@ -7,6 +7,12 @@ those 50). Prints one table row per (config, R) with the ratio peer / ours; on G
 achieved bandwidth (logits + mask bytes / time) as a fraction of the HBM peak.
 
   python benchmarks/kernels_bench.py [--rows 8,32,128] [--dtype bfloat16] [--json out.json]
+  python benchmarks/kernels_bench.py --sweep 64,128,256 --warps 4,8   # kernel tiling sweep
+  python benchmarks/kernels_bench.py --spec 4                          # + spec_accept, K = 4
+
+The tiling sweep times ``masked_sample_kernel`` per (block_words, num_warps) against the
+default tiling (plain config); ``--spec K`` times ``spec_accept`` (dense q, all drafts legal)
+against the jnp reference run on the same device, in the same run.
 """
 
 from __future__ import annotations
@@ -101,6 +107,68 @@ def run(rows_list, vocab, width, dtype, repeats, impl):
   return results
 
 
+def sweep(rows_list, vocab, width, dtype, repeats, blocks, warps, interpret=False):
+  """Kernel tiling sweep, plain config; ratio against the default tiling."""
+  rng = np.random.default_rng(1)
+  words = -(-vocab // 32)
+  out = []
+  for r in rows_list:
+    logits = jnp.asarray(rng.normal(size=(r, width)).astype(np.float32) * 3, dtype)
+    mask = jnp.asarray(rng.integers(-2**31, 2**31, size=(r, words), dtype=np.int64)
+                       .astype(np.int32)) & jnp.int32(0x7FFFFFFF)
+    args = (logits, mask, jnp.ones((r,), bool), ip.SamplingParams.create(r),
+            jnp.arange(r, dtype=jnp.uint32), jnp.zeros((r,), jnp.int32))
+    default = ip.BlockSizes.get_default()
+    run_one = lambda b: ip.masked_sample_kernel(*args, vocab_size=vocab, block=b,
+                                                interpret=interpret)
+    t_default = _time(lambda: run_one(default), repeats)
+    for bw in blocks:
+      for nw in warps:
+        b = ip.BlockSizes(bw, nw, default.num_stages)
+        try:
+          t = _time(lambda: run_one(b), repeats)
+        except Exception as e:  # a tiling the compiler rejects is a result, not a crash
+          print(json.dumps(dict(sweep=True, rows=r, block_words=bw, num_warps=nw,
+                                error=str(e)[:200])), flush=True)
+          continue
+        row = dict(sweep=True, rows=r, block_words=bw, num_warps=nw, ms=t * 1e3,
+                   vs_default=t_default / t)
+        nbytes = r * width * jnp.dtype(dtype).itemsize + r * words * 4
+        _, peak = peak_bandwidth()
+        if jax.default_backend() == "gpu" and peak:
+          row["hbm_fraction"] = nbytes / t / peak
+        out.append(row)
+        print(json.dumps(row), flush=True)
+  return out
+
+
+def spec(rows_list, vocab, width, dtype, repeats, k, impl):
+  """spec_accept (dense q) vs the jnp reference on the same device."""
+  rng = np.random.default_rng(2)
+  words = -(-vocab // 32)
+  out = []
+  for b in rows_list:
+    p = k + 1
+    logits = jnp.asarray(rng.normal(size=(b, p, width)).astype(np.float32) * 3, dtype)
+    mask = jnp.full((b, p, words), -1, jnp.int32).at[..., -1].set(
+        (1 << (vocab % 32)) - 1 if vocab % 32 else -1)
+    q = ip.DenseQ(jax.nn.softmax(jnp.asarray(rng.normal(size=(b, k, width)), jnp.float32)))
+    drafts = jnp.asarray(rng.integers(0, vocab, (b, k)), jnp.int32)
+    args = dict(logits=logits, mask=mask, mask_enabled=jnp.ones((b,), bool),
+                states=jnp.zeros((b, p), jnp.int8), drafts=drafts,
+                n_drafts=jnp.full((b,), k, jnp.int32), q=q,
+                params=ip.SamplingParams.create(b), seed=jnp.arange(b, dtype=jnp.uint32),
+                position=jnp.zeros((b,), jnp.int32))
+    ours = jax.jit(lambda a: ip.spec_accept(**a, vocab_size=vocab, impl=impl))
+    ref = jax.jit(lambda a: ip.spec_accept_reference(**a, vocab_size=vocab))
+    t_ours, t_ref = _time(lambda: ours(args), repeats), _time(lambda: ref(args), repeats)
+    row = dict(spec=True, rows=b, k=k, impl=ip.resolve_impl(impl), ours_ms=t_ours * 1e3,
+               reference_ms=t_ref * 1e3, speedup=t_ref / t_ours)
+    out.append(row)
+    print(json.dumps(row), flush=True)
+  return out
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--rows", default="8,32,128")
@@ -110,18 +178,35 @@ def main(argv=None):
   ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--impl", default=None, help="kernel | reference | interpret (default auto)")
   ap.add_argument("--json", default=None, help="write all rows to this file")
+  ap.add_argument("--sweep", default=None, help="block_words list: kernel tiling sweep only")
+  ap.add_argument("--warps", default="8", help="num_warps list for --sweep")
+  ap.add_argument("--spec", type=int, default=0, help="also time spec_accept with this K")
   args = ap.parse_args(argv)
   rows = [int(x) for x in args.rows.split(",")]
-  results = run(rows, args.vocab, args.width, jnp.dtype(args.dtype), args.repeats, args.impl)
+  dtype = jnp.dtype(args.dtype)
+  if args.sweep:
+    results = sweep(rows, args.vocab, args.width, dtype, args.repeats,
+                    [int(x) for x in args.sweep.split(",")],
+                    [int(x) for x in args.warps.split(",")], interpret=args.impl == "interpret")
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump(results, f, indent=1)
+    return 0
+  results = run(rows, args.vocab, args.width, dtype, args.repeats, args.impl)
+  spec_rows = spec(rows, args.vocab, args.width, dtype, args.repeats, args.spec,
+                   args.impl) if args.spec else []
   print(f"\n{'config':24s} {'R':>4s} {'ours ms':>9s} {'unfused ms':>11s} {'speedup':>8s}"
         f" {'HBM %':>6s}")
   for r in results:
     hbm = f"{100 * r['hbm_fraction']:.0f}" if "hbm_fraction" in r else "-"
     print(f"{r['config']:24s} {r['rows']:4d} {r['ours_ms']:9.2f} {r['unfused_ms']:11.2f} "
           f"{r['speedup']:8.2f} {hbm:>6s}")
+  for r in spec_rows:
+    print(f"spec_accept K={r['k']:<2d} dense q       {r['rows']:4d} {r['ours_ms']:9.2f} "
+          f"{r['reference_ms']:11.2f} {r['speedup']:8.2f}   (vs jnp reference)")
   if args.json:
     with open(args.json, "w") as f:
-      json.dump(results, f, indent=1)
+      json.dump(results + spec_rows, f, indent=1)
   return 0
 
 
