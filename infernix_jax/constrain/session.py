@@ -144,7 +144,7 @@ class OutputSession:
 
   def _frontier_ready(self) -> bool:
     if self._frontier_nonempty is None:
-      self._frontier_nonempty = bool(self._frontier_mask().any())
+      self._frontier_nonempty = np.count_nonzero(self._frontier_mask()) != 0
     return self._frontier_nonempty
 
   def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
@@ -167,7 +167,8 @@ class OutputSession:
     _xgr.check_buffer(out, self._w)
     if out.ndim != 2 or out.shape[0] < k + 1:
       raise ValueError(f"out {out.shape} must be [K+1={k + 1}, W={self._w}]")
-    states = np.full(k + 1, UNREACHABLE, np.int8)
+    states = np.empty(k + 1, np.int8)
+    states.fill(UNREACHABLE)
     if self._m.is_terminated():
       out[:k + 1] = 0
       return states
@@ -177,7 +178,7 @@ class OutputSession:
     try:
       for i in range(k + 1):
         if i == 0 and self._frontier is not None:  # cached by the last preview/commit
-          out[0] = self._frontier[0]
+          np.copyto(out[0], self._frontier[0])
           nonempty = self._frontier_ready()
         else:
           m.fill_next_token_bitmask(out, i)
@@ -192,7 +193,7 @@ class OutputSession:
           legal = 0 <= d < self._v and _bit(out[i], d)
           if legal:
             nonempty = True  # the draft's own bit proves the set non-empty (no scan)
-        if not (nonempty if nonempty is not None else out[i].any()):
+        if not (nonempty if nonempty is not None else np.count_nonzero(out[i])):
           states[i] = DEAD_END
           break
         states[i] = READY
@@ -234,14 +235,14 @@ class OutputSession:
       buf.fill(0)
     else:
       m.fill_next_token_bitmask(buf, 0)
-    nonempty = bool(buf.any())
-    self._pending_frontier = (buf, nonempty)
     if terminated:
       complete = True
     elif self._eos_bits:  # the matcher allows EOS exactly when the output may end
       complete = any((int(buf[0, w]) >> b) & 1 for w, b in self._eos_bits)
     else:
       complete = bool(m.is_completed())
+    nonempty = not terminated and (complete or np.count_nonzero(buf) != 0)
+    self._pending_frontier = (buf, nonempty)
     return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
                          dead_end=not terminated and not nonempty)
 
