@@ -44,6 +44,11 @@ class SamplingOptions:
       raise ValueError(f"min_p={self.min_p} must be in [0, 1]")
     if not 0 <= self.seed < 2**32:
       raise ValueError(f"seed={self.seed} must be in [0, 2**32)")
+    if self.presence_penalty or self.frequency_penalty:
+      # The kernels apply penalties over a history; the engine does not track the committed
+      # history per row yet, so penalties would silently differ from ordinary decoding.
+      raise ValueError("presence_penalty / frequency_penalty are not supported by the engine "
+                       "yet; leave them at 0")
 
 
 @dataclasses.dataclass(frozen=True)
