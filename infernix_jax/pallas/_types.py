@@ -23,10 +23,6 @@ PURPOSE_SAMPLE = 0   # token draws: ordinary sampling, corrections and bonus tok
 SPARSE_Q_WIDTH = 16  # J: candidates of a sparse proposal (DFlash2)
 
 
-def _field(**kw):
-  return dataclasses.field(**kw)
-
-
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
