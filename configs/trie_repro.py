@@ -23,12 +23,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.warm_repeats = 3                     # warm compiles per (engine, K); the median is reported
   c.paths = 200                          # sampled values whose generation states are timed
   c.batch_sizes = (1, 8, 32, 128)        # B for the batch fill measurement
+  c.step_passes = 3                      # per-step passes over all states (lowest median kept)
   c.batch_k = (1000, 10000)              # K values at which batch fill is measured
   c.batch_reps = 20                      # repetitions of each batch fill (median)
   c.extra_sets = ("icd10cm", "labels")   # ICD-10-CM billable codes and shared label sets
   c.gen_vocabs = ("smollm2", "qwen3", "cl100k", "llama3", "o200k")  # generalization sweep
   c.gen_k = (1000, 10000)                # K values of the generalization sweep
-  c.sections = ("dispatch", "main", "extra", "gen")  # parts of the study to run
+  c.sections = ("dispatch", "main", "extra", "gen")  # parts to run ("steps": per-step only)
   c.dispatch_k = (2, 5, 10, 20, 32, 50, 100, 200)  # K values of the dispatch-threshold sweep
   c.dispatch_repeats = 7                 # compiles per (engine, K) in that sweep (median CPU)
   c.seed = 0                             # sampling seed (sets, paths, batch states)

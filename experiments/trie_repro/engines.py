@@ -228,7 +228,11 @@ class LLGuidanceEngine:
     return -1   # not exposed by the library
 
   def _matcher(self, grammar, tokens=()):
-    m = self.llg.LLMatcher(self.tok, grammar)
+    # A deep copy of one fresh matcher per grammar: a new LLMatcher would rebuild the grammar.
+    if getattr(self, "_base_grammar", None) is not grammar:
+      self._base = self.llg.LLMatcher(self.tok, grammar)
+      self._base_grammar = grammar
+    m = self._base.deep_copy()
     for t in tokens:
       m.consume_token(t)
     return m

@@ -36,6 +36,14 @@ in the same process, one thread each. Regenerate with
     python -m experiments.trie_repro.run --config=configs/trie_repro.py
     python -m experiments.trie_repro.report experiments/trie_repro/results/*.jsonl --out docs/results/trie.md
 
+(This report layers, in order: `run1` full sweep with every peer (XGrammar up to K = 10,000),
+`run2_trie` dispatch sweep + trie sweep, `run3_xgr_large` XGrammar regex at K = 50,000 and
+100,000, `run4_final` trie + XGrammar regex + LLGuidance in one run (K <= 10,000 for XGrammar),
+`run5_steps` / `run6_steps` per-step and batch only, 3 passes each; later files override
+earlier measurements of the same key. Per-step and batch ratios below therefore come from one
+run per engine pair at each K; compile ratios of trie vs XGrammar regex and LLGuidance from
+`run4_final`.)
+
 **Machine and noise.** 2 CPU cores shared with several other jobs (load average 8-12 during
 the run), so wall-clock times are inflated by waiting for a core, by up to ~7x in a spot
 check. Compile times are therefore also given as CPU seconds of this process
@@ -48,7 +56,10 @@ against the paper's 96-core EPYC are not.
 reported separately) or a cold one; XGrammar regex union, JSON enum schema and the project's
 exact-bytes GBNF choice, with a warm tokenizer index; LLGuidance grammar construction + first
 mask. Per step: one mask computation into a W-word buffer at every state that generates a
-sampled value (the trie: lookup + copy, `TrieAutomaton.fill`). Batch: one mask for each of B
+sampled value (the trie: lookup + copy, `TrieAutomaton.fill`; XGrammar: a fresh matcher per
+value; LLGuidance: a deep copy of one fresh matcher per value, so its lazily built lexer
+states are shared across values as in a serving process), 3 passes, the pass with the lowest
+median kept. Batch: one mask for each of B
 rows at random generation states. Memory: the per-constraint tables. r = trie nodes / total
 characters (paper App. H.7).
 
@@ -58,6 +69,47 @@ compares the trie's mask with XGrammar's bit for bit at every state of 1,000 ran
 others, 2-4-byte UTF-8); `test_trie_automaton.py` checks every node against brute-force
 enumeration; `test_trie_session.py` checks lookahead/preview/commit/forced tokens against the
 XGrammar-backed session.
+"""
+
+
+FINDINGS = """## Findings (run of 2026-11-29; numbers from the tables below)
+
+* **Compile.** With the per-vocabulary index warm, the trie compiles K = 10,000 synthetic tool
+  names in ~32 ms CPU and K = 100,000 in ~0.3 s CPU (goals: 100 ms and 1 s). XGrammar needs
+  ~1.4 s CPU at K = 10,000 (45x) and ~60 s at K = 100,000 (200x); its JSON-enum and GBNF
+  forms behave alike. Wall times on the shared machine were ~4x the CPU times (126 ms and
+  0.9 s). The index build (Qwen3: ~0.33 s CPU, 33 MB) is paid once per vocabulary. Unlike the
+  paper's flat 30-67 ms, our per-schema cost grows with the trie size (that is the paper's
+  O(N_chars * l) traversal term; its flat curve is the K-independent Aho-Corasick build, which
+  we cache and report apart).
+* **LLGuidance compiles as fast** (within +-10% of the trie at every K) because its compile is
+  lazy (grammar + first mask only); it pays later: 6.5-20 us per step (4-11x the trie; 34-184
+  us with a fresh matcher per value, as in our first run) and ~4 ms per batch of 128 (27-47x).
+* **Per step** the trie's lookup + copy is flat in K at 1.5-1.8 us (median; the 2 us goal),
+  above the paper's Rust 0.65 us: most of it is clearing the caller's 19 KB W-word row plus
+  interpreter overhead. XGrammar 0.2.8 on this CPU is at parity for K <= 5,000 (1.3-1.65 us,
+  0.1-0.25 us faster; the paper measured 5.8 us for it) and then grows: 5.1 us at 10k, 37 us
+  at 50k, 100 us at 100k.
+* **Batch** B = 128 at realistic states: the trie's vectorized fill takes 0.09-0.15 ms at every
+  K up to 100,000 (goal 0.3 ms); XGrammar 0.15 ms at K = 1,000 but 9.9 ms at 10,000 and 0.6 s
+  at 100,000; LLGuidance ~4.1 ms (paper: trie 10 us, XGrammar 783 us, LLGuidance 3.7 ms). The
+  host's batched lookahead for trie rows (`trie.fill_batch`) vectorizes the K draft positions
+  as well.
+* **Memory** reproduces the paper's measure (legal ids x 4 bytes): 1.0 MB at K = 10,000 and
+  8.8 MB at K = 100,000 (paper 0.9 and 8 MB). Everything we keep (next nodes, mask words,
+  pointers, trie arrays) is ~6x that: 6.5 and 53 MB, against XGrammar's 37 and 392 MB.
+* **Prefix sharing** r: tools 0.37 at K = 1,000 (paper 0.40), ICD-10-CM billable codes 0.21
+  (paper 0.19), label sets 0.54-0.79 (paper 0.59-0.90).
+* **Other vocabularies** (SmolLM2, cl100k, Llama-3, o200k): same picture, trie 36-42 ms CPU vs
+  XGrammar 1.2-1.4 s at K = 10,000; per step 1.1-1.9 us.
+* **Dispatch**: the trie's warm compile overtakes the XGrammar choice at K ~ 20 and is 1.6x
+  faster at 32, 3x at 100; `auto` routes choices of >= 32 values to the trie.
+* **Not met**: "beat both on every axis" holds against XGrammar for compile at every K >= 20,
+  per step from K = 10,000 and in batch from K = 10,000 (parity below), and against
+  LLGuidance per step and in batch at every K; it does not hold for per-step cost against
+  XGrammar at K <= 5,000 (0.1-0.25 us slower) nor for compile against LLGuidance's lazy
+  compile (parity, +-10%). The wall-clock compile goal at K = 10,000 (126 ms) was missed on
+  the shared machine; its CPU time (32 ms) meets it.
 """
 
 
@@ -162,7 +214,8 @@ def tables(d, main="qwen3") -> list[str]:
   ib = d.get((main, "tools", ks[0], "trie", "index_bytes")) if ks else None
   if ib:
     L += ["", f"Index memory ({main}): {ib / 1e6:.1f} MB."]
-  others = sorted({s for (v, s, k, e, m) in d if v == main and s not in ("tools", "tools-gen")})
+  others = sorted({s for (v, s, k, e, m) in d
+                   if v == main and s not in ("tools", "tools-gen", "dispatch")})
   if others:
     L += ["", "## Other enum sets (Qwen3)", "",
           "| set | K | r (ours) | r (paper) | trie warm ms | XGrammar warm ms | LLGuidance ms | "
@@ -304,12 +357,15 @@ def plots(d, out_dir: Path, main="qwen3") -> list[str]:
   if bks:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     bs = sorted({int(m[5:-2]) for (v, s, k, e, m) in d if m.startswith("batch") and v == main})
-    for k in bks:
-      for e, lab in (("trie", "trie"), ("xgrammar-regex", "XGrammar"), ("llguidance", "LLGuidance")):
+    styles = ["-", "--", ":", "-."]
+    for i, k in enumerate(bks):
+      for e, lab, col in (("trie", "trie", "tab:blue"), ("xgrammar-regex", "XGrammar", "tab:orange"),
+                          ("llguidance", "LLGuidance", "tab:green")):
         ys = [d.get((main, "tools", k, e, f"batch{b}_s")) for b in bs]
         pts = [(b, y * 1e6) for b, y in zip(bs, ys) if isinstance(y, float)]
         if pts:
-          ax.plot(*zip(*pts), marker="o", label=f"{lab} K={k:,}")
+          ax.plot(*zip(*pts), marker="o", color=col, ls=styles[i % len(styles)],
+                  label=f"{lab} K={k:,}")
     ax.plot([128], [10], "k*", ms=10, label="paper trie B=128")
     ax.plot([128], [783], "kx", ms=10, label="paper XGrammar B=128")
     ax.plot([128], [3700], "k+", ms=12, label="paper LLGuidance B=128")
@@ -334,7 +390,8 @@ def main():
   out.parent.mkdir(parents=True, exist_ok=True)
   names = plots(d, Path(args.plots))
   lines = ["<!-- generated by experiments/trie_repro/report.py from the raw JSON lines -->", ""]
-  lines += INTRO.splitlines() + [""] + [f"![{n}]({n})" for n in names] + [""] + tables(d)
+  lines += (INTRO.splitlines() + [""] + FINDINGS.splitlines() + [""]
+            + [f"![{n}]({n})" for n in names] + [""] + tables(d))
   out.write_text("\n".join(lines) + "\n")
   print(out)
 
