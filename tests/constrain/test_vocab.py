@@ -139,3 +139,28 @@ def test_tokenizer_json_holes_and_byte_fallback(tmp_path):
   assert v.token_bytes[:4] == (b"\n", b" a", b"b", b"\xe4")
   assert v.unused_ids == frozenset({4}) and v.eos_ids == (5,)
   assert np.array_equal(v.token_class, [0, 0, 0, 0, vmod.UNUSED, vmod.EOS])
+
+
+def test_gguf_llama_spm_vocabulary(tmp_path):
+  # A tiny sentencepiece-style GGUF written with the gguf package itself: ▁ is a space,
+  # <0xNN> BYTE tokens are single raw bytes, CONTROL/UNUSED/UNKNOWN ids are classified.
+  import gguf
+
+  tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xE2>", "▁hi", "lo", "<|eot_id|>", "[PAD]"]
+  types = [2, 3, 3, 6, 6, 1, 1, 3, 5]
+  path = tmp_path / "tiny.gguf"
+  w = gguf.GGUFWriter(str(path), "llama")
+  w.add_tokenizer_model("llama")
+  w.add_token_list(tokens)
+  w.add_token_types(types)
+  w.add_eos_token_id(2)
+  w.add_eot_token_id(7)
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+  v = ic.Vocabulary.from_gguf(path)
+  assert v.token_bytes[3:7] == (b"\n", b"\xe2", b" hi", b"lo")
+  assert v.eos_ids == (2, 7) and v.control_ids == frozenset({1, 2, 7})
+  assert v.unused_ids == frozenset({0, 8})
+  assert v.token_id(" hi") == 5 and v.decode([5, 6, 3]) == b" hilo\n"
