@@ -153,3 +153,24 @@ def test_at_most_two_cold_compiles_per_vocabulary(monkeypatch):
 
 def test_default_budget():
   assert ic.ConstraintCompiler(toy_vocab()).cache_bytes == 256 * 1024 * 1024
+
+
+def test_tokenizer_index_built_once_per_vocabulary_under_threads():
+  from infernix_jax.constrain import _xgr
+
+  vocab = toy_vocab()
+  calls = []
+
+  def slow_factory():
+    calls.append(1)
+    time.sleep(0.2)
+    return object()
+
+  results = _run_threads([lambda: vocab.lazy("probe", slow_factory)] * 6)
+  assert len(calls) == 1 and len({id(r) for r in results}) == 1
+  infos = _run_threads([lambda: _xgr.tokenizer_info(vocab)] * 4)
+  assert len({id(i) for i in infos}) == 1
+  # Facts passed explicitly: EOS as stop tokens, control ids special, tokenizer V as size.
+  info = infos[0]
+  assert info.stop_token_ids == [0] and 1 in info.special_token_ids
+  assert info.vocab_size == vocab.size
