@@ -29,7 +29,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.extra_sets = ("icd10cm", "labels")   # ICD-10-CM billable codes and shared label sets
   c.gen_vocabs = ("smollm2", "qwen3", "cl100k", "llama3", "o200k")  # generalization sweep
   c.gen_k = (1000, 10000)                # K values of the generalization sweep
-  c.sections = ("dispatch", "main", "extra", "gen")  # parts to run ("steps": per-step only)
+  c.sections = ("equivalence", "dispatch", "main", "extra", "gen")  # parts to run ("steps":
+  # per-step and batch only, after one compile)
+  c.equivalence_walks = 1000            # random walks per (vocabulary, set) for Proposition 1
   c.dispatch_k = (2, 5, 10, 20, 32, 50, 100, 200)  # K values of the dispatch-threshold sweep
   c.dispatch_repeats = 7                 # compiles per (engine, K) in that sweep (median CPU)
   c.seed = 0                             # sampling seed (sets, paths, batch states)

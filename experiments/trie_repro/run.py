@@ -118,6 +118,22 @@ def measure_set(cfg, rec, vocab_name, vocab, set_name, values, engine_names, *, 
             value=eng.batch_seconds(compiled, st, cfg.batch_reps))
 
 
+def equivalence(cfg, rec, data):
+  """Proposition 1 on each study vocabulary: random-walk mask comparison with XGrammar."""
+  from experiments.trie_repro import equivalence as eq
+
+  sets = {"tools+extras": enum_sets.tool_names(300, seed=cfg.seed) + eq.EXTRAS}
+  sets.update({k: v for k, v in enum_sets.label_sets(data).items() if k == "banking77"})
+  sets["icd10cm/50"] = enum_sets.icd10cm_billable()[::50]
+  for vname in cfg.gen_vocabs:
+    vocab = vocabs.load(vname, data)
+    for name, values in sets.items():
+      r = eq.random_walks(vocab, values, cfg.equivalence_walks, cfg.seed)
+      for metric, value in r.items():
+        rec(vocab=vname, set=name, k=len(values), engine="trie-vs-xgrammar", metric=metric,
+            value=value)
+
+
 def dispatch_sweep(cfg, rec, vocab):
   """Warm compile CPU time of the trie vs the project's XGrammar choice path at small K.
 
@@ -147,6 +163,8 @@ def main(argv):
   rec = Recorder(root / cfg.results)
   rng = np.random.default_rng(cfg.seed)
   vocab = vocabs.load(cfg.main_vocab, data)
+  if "equivalence" in cfg.sections:
+    equivalence(cfg, rec, data)
   if "dispatch" in cfg.sections:
     dispatch_sweep(cfg, rec, vocab)
   if "steps" in cfg.sections:
