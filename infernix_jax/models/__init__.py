@@ -18,6 +18,5 @@ __all__ = [
     "SMOLLM2_135M", "ModelConfig", "drafters", "KVCache", "Transformer", "Tokenizer", "decode",
     "default_model_path", "forward", "load_checkpoint", "load_default", "load_gguf",
     "load_hf_dir", "load_tokenizer", "make_mesh", "prefill", "restore_params", "save_checkpoint",
-    "save_params", "shard_cache",
-    "shard_state", "verify",
+    "save_params", "shard_cache", "shard_state", "verify",
 ]
