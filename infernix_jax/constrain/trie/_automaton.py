@@ -55,6 +55,9 @@ class TrieAutomaton:
     self.end = self.n_nodes
     self.dead = self.n_nodes + 1
     self.mask_words = mask_layout.mask_words(self.vocab_size)
+    for name in ("row_ptr", "ids", "next", "terminal", "word_ptr", "word_idx", "word_val",
+                 "dense_of", "dense"):
+      getattr(self, name).flags.writeable = False   # shared by every session: read-only
     # memoryviews make the per-step scalar lookups cheap (indexing yields Python ints, no
     # numpy scalar boxing) with no copy and no per-element objects.
     self._wp = memoryview(self.word_ptr)
