@@ -172,6 +172,9 @@ def make(name: str, *, k: int, target=None, draft_model=None, sampling: bool = F
     if draft_model is None:
       raise ValueError("the draft-model drafter needs a draft model (cfg, model)")
     cfg, model = draft_model
+    if target is not None and target[0].vocab_size != cfg.vocab_size:
+      raise ValueError(f"the draft model's vocabulary ({cfg.vocab_size} logits) differs from "
+                       f"the target's ({target[0].vocab_size}); a draft model must share it")
     graphdef, params = nnx.split(model)
     return DraftModelDrafter(k=k, graphdef=graphdef, cfg=cfg, params=params,
                              sampling=sampling, seed=seed, vocab_size=vocab_size)
