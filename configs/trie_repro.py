@@ -11,7 +11,8 @@ def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.data_dir = "../shared/data"          # shared data folder (Qwen3 tokenizer, labels), repo-relative
   c.results = "experiments/trie_repro/results/trie_repro.jsonl"  # raw measurements (one JSON per line)
-  c.report = "docs/results/trie.md"      # markdown report written from the raw measurements
+  c.report = "docs/results/trie.md"      # report regenerated after the run from every results
+  # file in the results folder ("" = skip; or run experiments.trie_repro.report by hand)
   c.plots_dir = "docs/results"           # where the PNG plots go
   c.main_vocab = "qwen3"                 # vocabulary of the main K sweep (the paper's Qwen3-8B)
   c.k_values = (10, 50, 100, 500, 1000, 2000, 5000, 10000, 50000, 100000)  # synthetic tool K

@@ -189,6 +189,22 @@ def main(argv):
       values = enum_sets.tool_names(int(k), seed=cfg.seed)
       measure_set(cfg, rec, vname, gv, "tools-gen", values,
                   ("trie", f"xgrammar-{cfg.xgr_step_variant}"), rng=rng)
+  if cfg.report:
+    write_report(cfg, root)
+
+
+def write_report(cfg, root: Path) -> None:
+  """Regenerates the markdown report and plots from every results file beside ``cfg.results``."""
+  from experiments.trie_repro import report
+
+  files = sorted((root / cfg.results).parent.glob("*.jsonl"))
+  d = report.load(files)
+  plots = root / cfg.plots_dir
+  plots.mkdir(parents=True, exist_ok=True)
+  names = report.plots(d, plots)
+  out = root / cfg.report
+  out.write_text("\n".join(report.render(d, names)) + "\n")
+  print(out)
 
 
 if __name__ == "__main__":
