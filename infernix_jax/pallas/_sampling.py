@@ -171,14 +171,14 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
   """
   n, vm = z.shape
   ids = jnp.arange(vm, dtype=jnp.int32)[None, :]
-  n_legal = jnp.sum(legal, axis=-1)
-  bad = jnp.any(legal & (jnp.isnan(z) | (z == jnp.inf)), axis=-1)
+  # One pass for both flags: 0 = no legal id, 1 = legal ids, 2 = a legal NaN / +inf.
+  state = jnp.max(jnp.where(legal, jnp.where(jnp.isnan(z) | (z == jnp.inf), 2, 1), 0)
+                  .astype(jnp.int8), axis=-1)
   fin = legal & jnp.isfinite(z)
-  n_fin = jnp.sum(fin, axis=-1)
-  flags = jnp.where(n_legal == 0, FLAG_EMPTY,
-                    jnp.where(bad | (n_fin == 0), FLAG_NONFINITE, 0)).astype(jnp.int32)
   zf = jnp.where(fin, z, -jnp.inf)
-  zmax = jnp.max(zf, axis=-1)
+  zmax = jnp.max(zf, axis=-1)                   # -inf iff no finite legal logit
+  flags = jnp.where(state == 0, FLAG_EMPTY, jnp.where(
+      (state == 2) | (zmax == -jnp.inf), FLAG_NONFINITE, 0)).astype(jnp.int32)
   # max + min over ties (XLA CPU's variadic argmax reduce is ~10x slower); skipped when no
   # row needs it.
   want = (temperature <= 0) | greedy_all
@@ -191,14 +191,14 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
   inv_t = jnp.where(sampling, 1.0 / jnp.where(sampling, temperature, 1.0), 1.0)
   m = jnp.where(sampling, zmax * inv_t, 0.0)
   keys = lambda: sort_key(jnp.where(fin, z, 0.0))             # built only where needed
-  need_k = sampling & (top_k > 0) & (top_k < n_fin)
   need_p = sampling & (top_p < 1.0)
-  k = jnp.where(need_k, top_k, 1)
+  k = jnp.where(top_k > 0, top_k, 1)
 
   # Small k: the C largest values (lax.top_k puts equal values in increasing id order; on
   # CPU it is ~200x faster on f32 than on the int32 keys).
   c = min(TOPK_CAP, vm)
-  small = need_k & (top_k <= c)
+  # k >= the number of finite legal ids is harmless here: the -inf tail is never in S.
+  small = sampling & (top_k > 0) & (top_k <= c)
 
   def small_path():
     top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], z + 0.0, -jnp.inf), c)
@@ -209,7 +209,8 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
     tid = jnp.take_along_axis(top_ids, kth, -1)[:, 0]
     j = jnp.arange(c)[None, :]
     w_top = jnp.exp(jnp.take_along_axis(z, top_ids, -1) * inv_t[:, None] - m[:, None])
-    top_in = small[:, None] & (j < k[:, None]) & (w_top >= min_p[:, None])
+    top_in = (small[:, None] & (j < k[:, None]) & (top_vals > -jnp.inf)
+              & (w_top >= min_p[:, None]))
     w_in = jnp.where(top_in, w_top, 0.0)
     excl = jnp.cumsum(w_in, axis=-1) - w_in
     new_group = jnp.concatenate([jnp.ones((n, 1), bool), top_keys[:, 1:] != top_keys[:, :-1]],
@@ -230,20 +231,22 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
   tk_small, tid_small, tp_small, top_ids, top_cand = jax.lax.cond(
       jnp.any(small), small_path, no_small)
 
-  # Large k: bisection over the whole row.
-  big = need_k & ~small
-  tk = jax.lax.cond(jnp.any(big), lambda: _kth_key(keys(), fin & big[:, None], k),
-                    lambda: jnp.full((n,), INT_MIN, jnp.int32))
-  tk = jnp.where(big, tk, INT_MIN)
-
-  def tie_id():
+  # Large k (< the number of finite legal ids): bisection over the whole row.
+  def big_path():
     ky = keys()
+    big = sampling & (top_k > c) & (top_k < jnp.sum(fin, axis=-1))
+    tk = jnp.where(big, _kth_key(ky, fin & big[:, None], k), INT_MIN)
     n_gt = jnp.sum(fin & (ky > tk[:, None]), axis=-1)
     tie = fin & (ky == tk[:, None])
     need_tie = big & (n_gt + jnp.sum(tie, axis=-1) > k)
-    return jnp.where(need_tie, _tie_id(ids, tie & need_tie[:, None], k - n_gt, vm), INT_MAX)
+    tid = jax.lax.cond(jnp.any(need_tie), lambda: jnp.where(
+        need_tie, _tie_id(ids, tie & need_tie[:, None], k - n_gt, vm), INT_MAX),
+                       lambda: jnp.full((n,), INT_MAX, jnp.int32))
+    return tk, tid
 
-  tid = jax.lax.cond(jnp.any(big), tie_id, lambda: jnp.full((n,), INT_MAX, jnp.int32))
+  tk, tid = jax.lax.cond(jnp.any(sampling & (top_k > c)), big_path,
+                         lambda: (jnp.full((n,), INT_MIN, jnp.int32),
+                                  jnp.full((n,), INT_MAX, jnp.int32)))
   tk = jnp.where(small, tk_small, tk)
   tid = jnp.where(small, tid_small, tid)
 
