@@ -226,6 +226,25 @@ class TrieAutomaton:
     out.put(self.word_idx[lo:hi], self.word_val[lo:hi])   # put: ~2x faster than fancy assign
     return True
 
+  def write_row(self, node: int, out: np.ndarray, row: int) -> bool:
+    """Writes the mask of ``node`` into ``out[row]`` (int32 [R, W]) assuming that row is zero.
+
+    The lookahead clears all its rows with one call and then only writes non-zero words, which
+    saves a W-word clear per position. Returns whether the mask is non-empty.
+    """
+    r = self._dense_of[node]
+    if r >= 0:
+      out[row] = self.dense[r]
+      return True
+    lo, hi = self._wp[node], self._wp[node + 1]
+    if hi - lo <= 4:
+      wi, wv = self._wi, self._wv
+      for j in range(lo, hi):
+        out[row, wi[j]] = wv[j]
+      return hi > lo
+    out[row].put(self.word_idx[lo:hi], self.word_val[lo:hi])
+    return True
+
   def fill_many(self, nodes: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Batched fill: ``out[i] = mask(nodes[i])``.
 

@@ -109,12 +109,12 @@ class TrieSession:
       raise ValueError(f"out must be a C-contiguous int32 array [K+1={k + 1}, W={a.mask_words}]")
     states = np.full(k + 1, mask_layout.UNREACHABLE, dtype=np.int8)
     node = self._stack[-1]
+    out[:k + 1].fill(0)            # one clear for every position; then only non-zero words
     if node == a.end:              # EOS already accepted: nothing is reachable
-      out[:k + 1] = 0
       return states
     i = 0
     while True:
-      if not a.fill(node, out[i]):
+      if not a.write_row(node, out, i):
         states[i] = mask_layout.DEAD_END
         break
       states[i] = mask_layout.READY
@@ -124,7 +124,6 @@ class TrieSession:
       if node >= a.n_nodes:      # illegal draft (dead) or EOS accepted (end): rest unreachable
         break
       i += 1
-    out[i + 1:k + 1] = 0
     return states
 
   # --- transactions ----------------------------------------------------------------------------
