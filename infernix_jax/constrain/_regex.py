@@ -462,8 +462,10 @@ def _emit(node: Node, python: bool = False) -> str:
   if not isinstance(node.node, Cls):  # a class emits an atom ([...], a char, or (..|..))
     inner = f"({'?:' if python else ''}{inner})"
   lo, hi = node.lo, node.hi
+  # Never "?": xgrammar's JSON-string regex path accepts "x" for (x[bx]+)? ; {0,1} is right.
   q = ("*" if lo == 0 else "+" if lo == 1 else "{%d,}" % lo) if hi is None else (
-      "?" if (lo, hi) == (0, 1) else "{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi))
+      ("?" if python else "{0,1}") if (lo, hi) == (0, 1) else
+      "{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi))
   return inner + q
 
 

@@ -509,7 +509,7 @@ class _Normalizer(sm.Merger):
     if "_pp" in nf:
       conv = _schema_regex.schema_pattern(nf["_pp"][0])
       if conv is not None:  # keys are spelled without escapes, like pattern strings
-        out["patternProperties"] = {f"^({conv[0]})$": self.emit(nf["_pp"][1])}
+        out["patternProperties"] = {"^" + conv[0] + "$": self.emit(nf["_pp"][1])}
     for k, v in nf.items():
       if k.startswith("_"):
         continue
@@ -548,9 +548,8 @@ class _Normalizer(sm.Merger):
         return {"type": "string"}
       if hi is not None:
         hi = min(hi, _regex.MAX_REPEAT)  # longer strings are never generated: a narrowing
-      cls = _regex._emit(_regex.Cls(_regex.JSON_SAFE))
-      rep = "{%d,%s}" % (lo, "" if hi is None else hi) if lo != hi else "{%d}" % lo
-      return {"type": "string", "pattern": cls + rep}
+      node = _regex.Rep(_regex.Cls(_regex.JSON_SAFE), lo, hi)
+      return {"type": "string", "pattern": _schema_regex.json_string_regex(node)}
     return {"type": "string"}
 
 

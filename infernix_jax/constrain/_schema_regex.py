@@ -86,7 +86,17 @@ def schema_pattern(pattern: str, min_len: int = 0,
     node = None if node is None else _simplify(node, JSON_SAFE)
   if node is None:
     return None
-  return _emit(node), _emit(node, python=True)
+  return json_string_regex(node), _emit(node, python=True)
+
+
+def json_string_regex(node: Node) -> str:
+  """Emits ``node`` for xgrammar's JSON-string regex path (``Regex(..., json_string=true)``).
+
+  That path (unlike the whole-content regex path) mis-handles the end of the pattern: with
+  ``x(x|)|x`` or ``x{1,2}|x`` it accepts "xxx". A trailing empty group keeps the end exact
+  (found by differential testing against Python ``re``: tests/constrain/test_regex.py).
+  """
+  return "(" + _emit(node) + ")()"
 
 
 def search_regex(pattern: str) -> str:
@@ -121,4 +131,4 @@ def key_complement(names) -> str:
     options += [Seq((Cls(((ord(c), ord(c)),)), build(node[c]))) for c in children]
     return options[0] if len(options) == 1 else Alt(tuple(options))
 
-  return "^(" + _emit(_simplify(build(trie), JSON_SAFE)) + ")$"
+  return "^" + json_string_regex(_simplify(build(trie), JSON_SAFE)) + "$"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
+import random
 import re
 
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _regex, _schema_regex
+from infernix_jax.constrain import _regex, _schema, _schema_regex, _xgr
 from infernix_jax.constrain.errors import RegexError
 
 EOS = 256
@@ -126,3 +128,43 @@ def test_schema_pattern_is_search_and_json_safe():
   assert rx.fullmatch("ab") and not rx.fullmatch("abx") and rx.fullmatch("xcx")
   assert _schema_regex.schema_pattern('^"$') is None  # only a raw quote would match
   assert "\\u{22}" not in xgr_pattern and "\\u{5C}" not in xgr_pattern
+
+
+# xgrammar's JSON-string regex path (schema "pattern") is not the whole-content path: it
+# accepted "xxx" for x(x|)|x and "x" for (x[bx]+)? until we emitted {0,1} and a trailing ().
+# Differential check of that path against Python `re` on random patterns.
+def _json_pattern_accepts(vocab, schema_text: str, s: str) -> bool:
+  m = _xgr.new_matcher(_xgr.compile_json_schema(vocab, schema_text, max_whitespace=32))
+  return bool(m.accept_string(json.dumps(s).encode())) and m.accept_token(EOS) and m.is_terminated()
+
+
+def _random_pattern(rng: random.Random, depth: int = 0) -> str:
+  atoms = ["x", "b", ":", "[bx]", "[^x]", "[b:]", "."]
+  r = rng.random()
+  if depth > 2 or r < 0.35:
+    return rng.choice(atoms)
+  if r < 0.6:
+    return _random_pattern(rng, depth + 1) + _random_pattern(rng, depth + 1)
+  if r < 0.75:
+    return f"({_random_pattern(rng, depth + 1)}|{_random_pattern(rng, depth + 1)})"
+  quant = rng.choice(["?", "*", "+", "{0,2}", "{1,2}", "{2}"])
+  return f"({_random_pattern(rng, depth + 1)}){quant}"
+
+
+JSON_PATH_REGRESSIONS = ["^x(x|)|x$", "^(x{1,2}|x)$", "^(x[bx]+)?$", "^b(x{1,2}|x)$",
+                         "^x{0,2}|x$", r"^[^:\s]+:[^:\s]+(:[^\s]+)?$"]
+
+
+def test_json_string_pattern_path_matches_python_re():
+  vocab = ic.Vocabulary.from_tokens([bytes([i]) for i in range(256)] + [b"<eos>"],
+                                    eos_ids=[EOS])
+  rng = random.Random(0)
+  patterns = JSON_PATH_REGRESSIONS + ["^" + _random_pattern(rng) + "$" for _ in range(40)]
+  texts = ["".join(t) for n in range(5) for t in itertools.product("xb:", repeat=n)]
+  texts += ["chrome:latest:", "chrome:latest", "a:b:c"]
+  for pattern in patterns:
+    schema = _schema.check_json_schema(json.dumps({"type": "string", "pattern": pattern}))
+    oracle = re.compile(pattern.replace(".", "[^\\n\\r\\u2028\\u2029]"))
+    for s in texts:
+      got = _json_pattern_accepts(vocab, schema.schema_json, s)
+      assert got == bool(oracle.search(s)), (pattern, s)
