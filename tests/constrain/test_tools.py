@@ -294,3 +294,20 @@ def test_bfcl_sample_strict_calls_validate(qwen3_vocab, subset, n):
     by_name = {t.name: t for t in tools}
     for c in calls:
       jsonschema.validate(json.loads(c.arguments_json), by_name[c.name].parameters)
+
+
+def test_prepare_for_request_routing(qwen3_vocab, tok, toy):
+  from infernix_jax.constrain import TokenReferenceError
+  im_start = qwen3_vocab.token_id("<|im_start|>", control=True)
+  chat = [im_start] + tok("assistant\n")
+  js = OutputConstraint.json_object()
+  assert fr.prepare_for_request(qwen3_vocab, tok("raw"), constraint=js) is None
+  assert fr.prepare_for_request(qwen3_vocab, chat, constraint=None) is None
+  p = fr.prepare_for_request(qwen3_vocab, chat, constraint=js)
+  assert p.framed.phase is fr.OutputPhase.THINK_OPEN and p.constrained
+  p = fr.prepare_for_request(qwen3_vocab, chat + [151667], tools=json.dumps([SEARCH]),
+                             tool_choice="none")
+  assert p.framed.phase is fr.OutputPhase.THINKING and not p.framed.tools_active
+  assert fr.prepare_for_request(toy, [2, 3], constraint=js) is None
+  with pytest.raises(TokenReferenceError):
+    fr.prepare_for_request(toy, [2, 3], tools=[SEARCH])
