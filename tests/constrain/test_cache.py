@@ -174,3 +174,19 @@ def test_tokenizer_index_built_once_per_vocabulary_under_threads():
   info = infos[0]
   assert info.stop_token_ids == [0] and 1 in info.special_token_ids
   assert info.vocab_size == vocab.size
+
+
+@pytest.mark.parametrize("spec, error", [
+    (ic.OutputConstraint.choice("abc"), ic.ChoiceError),
+    (ic.OutputConstraint.choice([1, 2]), ic.ChoiceError),
+    (ic.OutputConstraint.grammar(None), ic.GrammarSyntaxError),
+    (ic.OutputConstraint.regex(b"a"), ic.RegexError),
+    (ic.OutputConstraint.json_schema(123), ic.SchemaError),
+    (ic.OutputConstraint.json_schema("{}", max_whitespace=-1), ic.FeatureConflictError),
+    (ic.OutputConstraint.json_object().with_framing("qwen3-thinking"), ic.FeatureConflictError),
+])
+def test_malformed_constraints_raise_constraint_errors(spec, error):
+  c = ic.ConstraintCompiler(toy_vocab())
+  with pytest.raises(error):
+    c.compile(spec)
+  assert len(c) == 0
