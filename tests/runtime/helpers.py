@@ -66,7 +66,8 @@ def choice_legal(choices, vocab, out_ids) -> np.ndarray:
   return legal
 
 
-def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choices=None):
+def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choices=None,
+                       top_k=0):
   """Exact probabilities of every output of ordinary decoding (FP64 enumeration).
 
   Returns:
@@ -91,6 +92,9 @@ def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choic
         probs = np.zeros_like(z)
         probs[int(np.argmax(z))] = 1.0
       else:
+        if top_k:  # the k largest LEGAL logits (a legal token beyond the free top-k stays)
+          cut = np.sort(np.where(legal, z, -np.inf))[::-1][min(top_k, legal.sum()) - 1]
+          legal = legal & (z >= cut)
         z = np.where(legal, z / temperature, -np.inf)
         probs = np.exp(z - z.max())
         probs /= probs.sum()

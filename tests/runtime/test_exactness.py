@@ -117,6 +117,18 @@ def test_sampling_distribution_equals_ordinary(name, constrained, masked_q):
     assert sum(r.drafted for r in results) > 0
 
 
+def test_top_k_over_legal_tokens():
+  """top_k = 2 (chosen among legal tokens) through the engine matches the FP64 oracle."""
+  cfg, model = h.tiny_model()
+  want = h.exact_distribution(cfg, model, PROMPTS[1], h.toy_vocab(), 4, 1.0, choices=CHOICES,
+                              top_k=2)
+  requests = [GenerationRequest(PROMPTS[1], max_tokens=4, constraint=SPEC,
+                                sampling=SamplingOptions(temperature=1.0, top_k=2, seed=s))
+              for s in range(1200)]
+  results = run(engine("ngram+jump"), requests)
+  assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
+
+
 def test_wrong_target_fails_the_same_check():
   """Negative control: samples of ordinary decoding at T = 1.4 fail the T = 1 test."""
   requests = [GenerationRequest(PROMPTS[0], max_tokens=3,
