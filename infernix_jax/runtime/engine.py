@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import jax
 import jax.numpy as jnp
