@@ -311,3 +311,28 @@ def test_prepare_for_request_routing(qwen3_vocab, tok, toy):
   assert fr.prepare_for_request(toy, [2, 3], constraint=js) is None
   with pytest.raises(TokenReferenceError):
     fr.prepare_for_request(toy, [2, 3], tools=[SEARCH])
+
+
+def test_raw_string_pattern(qwen3_vocab, tok):
+  jsonschema = pytest.importorskip("jsonschema")
+  params = {"type": "object", "additionalProperties": False, "required": ["code", "tag"],
+            "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                           "tag": {"type": "string", "pattern": "x[0-9]"}}}
+  t = fr.ToolDefinition("f", parameters=params, strict=True)
+  p = fr.prepare_output(qwen3_vocab, fr.OutputPhase.CONTENT, tools=[t],
+                        choice=fr.ToolChoice.required())
+  for code, tag, ok in (("ABC", "ax1b", True), ("AB", "x1", False), ("abc", "x1", False),
+                        ("ABCD", "x1", False), ("ABC", "ab", False),
+                        ("ABC", "x1\nmore", False)):  # raw pattern values stay single-line
+    ids = call_ids(tok, "f", [("code", code), ("tag", tag)])
+    s = p.new_session()
+    assert (s.preview(ids).accepted == len(ids)) == ok, (code, tag)
+  walk_params = {"type": "object", "additionalProperties": False, "required": ["code", "num"],
+                 "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                                "num": {"type": "string", "pattern": "^[0-9]+$"}}}
+  p = fr.prepare_output(qwen3_vocab, fr.OutputPhase.CONTENT, choice=fr.ToolChoice.required(),
+                        tools=[fr.ToolDefinition("g", parameters=walk_params, strict=True)])
+  s = p.new_session()
+  walk(s, LegalWalker(qwen3_vocab, seed=4, patience=30), max_tokens=300)
+  (call,) = s.result().tool_calls
+  jsonschema.validate(json.loads(call.arguments_json), walk_params)

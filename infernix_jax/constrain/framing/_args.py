@@ -20,8 +20,8 @@ from infernix_jax.constrain.framing.tools import ToolDefinition
 VALUE_DELIMITER = "\n</parameter>"  # a raw string ends at its first occurrence
 _JSON_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 # Value keywords the strict raw-string route does not enforce (everything else is descriptive
-# or handled below); pattern/format would need an intersection with the delimiter automaton.
-_RAW_UNSUPPORTED = ("pattern", "format", "contentEncoding", "contentMediaType")
+# or handled below); format would need its own automaton beside the delimiter exclusion.
+_RAW_UNSUPPORTED = ("format", "contentEncoding", "contentMediaType")
 
 
 class Encoding(enum.Enum):
@@ -163,6 +163,17 @@ def _raw_string_rules(rule: str, schema: Mapping[str, Any], pointer: str) -> str
       raise UnsupportedSchemaError(
           f"{key} on a raw string argument is not supported yet (it would have to hold "
           "together with the raw value delimiter)", location=f"{pointer}/{key}")
+  if "pattern" in schema and not ("const" in schema or "enum" in schema):
+    if "minLength" in schema or "maxLength" in schema:
+      raise UnsupportedSchemaError("pattern together with minLength/maxLength on a raw string "
+                                   "argument is not supported yet",
+                                   location=f"{pointer}/pattern")
+    from infernix_jax.constrain.framing._convert import raw_pattern_ebnf
+    try:
+      body = _ebnf.rename_rules(raw_pattern_ebnf(schema["pattern"]), f"{rule}_")
+    except ConstraintError as e:
+      raise type(e)(e.message, location=f"{pointer}/pattern") from None
+    return f"{body}\n{rule} ::= {rule}_root {_ebnf.lit(VALUE_DELIMITER)}"
   values = None
   if "const" in schema:
     values = [schema["const"]]
@@ -170,7 +181,11 @@ def _raw_string_rules(rule: str, schema: Mapping[str, Any], pointer: str) -> str
     values = list(schema["enum"])
   close = _ebnf.lit(VALUE_DELIMITER)
   if values is not None:
-    keep = [v for v in values if VALUE_DELIMITER not in v]
+    keep = [v for v in values if isinstance(v, str) and VALUE_DELIMITER not in v]
+    if "pattern" in schema:
+      from infernix_jax.constrain import _schema
+      found = _schema._python_pattern(schema["pattern"])
+      keep = [v for v in keep if found.search(v)]
     lo, hi = schema.get("minLength", 0), schema.get("maxLength")
     keep = [v for v in keep if len(v) >= lo and (hi is None or len(v) <= hi)]
     if not keep:

@@ -64,3 +64,28 @@ def content_ebnf(constraint) -> tuple[str, bool]:
     raise {ConstraintKind.GRAMMAR: GrammarSyntaxError, ConstraintKind.REGEX: RegexError,
            ConstraintKind.CHOICE: ChoiceError}.get(kind, UnsupportedSchemaError)(
                f"the content constraint could not be converted: {first}") from None
+
+
+def raw_pattern_ebnf(pattern: str) -> str:
+  """EBNF (entry ``root``) of raw text that contains a match of ``pattern`` (JSON Schema search
+  semantics) and no line break.
+
+  Removing "\\n" from every character class of the search expression gives exactly the
+  matching strings without a line break, so the value can never hold the raw-value delimiter
+  (sound; narrower than the schema by the values with line breaks).
+
+  Raises:
+    RegexError: the pattern does not parse or is unsupported (the constraint layer's rules).
+  """
+  from infernix_jax.constrain import _regex
+
+  alphabet = _regex.complement(((0x0A, 0x0A),))
+  node = _regex._branches_node(_regex.parse(pattern), search=True, alphabet=alphabet)
+  if node is None:
+    raise RegexError("the pattern matches no single-line string, so no raw argument value "
+                     "can satisfy it")
+  try:
+    return str(_xgr.xgr.Grammar.from_regex(_regex._emit(node)))
+  except RuntimeError as e:
+    raise RegexError(f"the pattern could not be converted: {str(e).strip().splitlines()[0]}"
+                     ) from None
