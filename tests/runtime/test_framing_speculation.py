@@ -288,8 +288,8 @@ def tiny_qwen3_dir(tmp_path_factory):
 def test_cli_tool_calls_from_hf_dir(tiny_qwen3_dir, qwen3_vocab, tmp_path, capsys):  # noqa: F811
   """`--model` takes the HF directory; `--tools-file` / `--tool-choice` frame the output (the
   model's own chat template renders the tools) and `--json-out` lists the call. Whatever the
-  weights, the strict call validates, under n-gram + jump-forward drafting, and equals what
-  the session's decoder reads from the committed tokens."""
+  weights, the strict call validates under n-gram + jump-forward drafting, and ordinary
+  decoding in the engine commits the same greedy tokens and decodes the same call."""
   jsonschema = pytest.importorskip("jsonschema")
   import json
 
@@ -316,3 +316,18 @@ def test_cli_tool_calls_from_hf_dir(tiny_qwen3_dir, qwen3_vocab, tmp_path, capsy
   text = fr.ChatTemplate.from_dir(tiny_qwen3_dir).render(
       [{"role": "user", "content": "turbo please"}], tools=tools)
   assert "set_mode" in text and text.endswith("<|im_start|>assistant\n")
+  # Ordinary decoding in the engine commits the same greedy tokens as the drafted CLI run.
+  from infernix_jax import models as im
+  from infernix_jax.runtime import drafters as rd
+  from infernix_jax.runtime.engine import Engine
+  from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
+  cfg, model, source = im.load_hf_dir(tiny_qwen3_dir)
+  prompt = im.load_tokenizer(source).encode(text)
+  eng = Engine(model, qwen3_vocab, rd.NoDrafter(), lanes=1, capacity=384, cfg=cfg)
+  res = eng.generate([GenerationRequest(prompt, max_tokens=96, tools=tools,
+                                        tool_choice="set_mode",
+                                        sampling=SamplingOptions(temperature=0.0))])[0]
+  assert res.error is None and res.token_ids == result["token_ids"]
+  prepared = fr.prepare_for_request(qwen3_vocab, prompt, tools=tools, tool_choice="set_mode")
+  out = fr.decode_output(prepared, res.token_ids, terminated=res.constraint.terminated)
+  assert [c.arguments_json for c in out.tool_calls] == [call["arguments_json"]]
