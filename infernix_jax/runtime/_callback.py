@@ -62,7 +62,9 @@ class _Bridge:
     finished = eng.host.commit(accepted, tokens, flags, n_drafts)
     freed = bool(finished)
     eng._retire()
-    stop = (freed and bool(eng._waiting)) or not eng.host.any_active()
+    # Penalty histories live in the loop's fixed SamplingParams: rebuild them every round.
+    stop = ((freed and bool(eng._waiting)) or not eng.host.any_active()
+            or eng._penalties_active())
     eng.stats["rounds"] += 1
     eng.stats["callback_seconds"] += time.perf_counter() - t0
     return np.bool_(stop)

@@ -215,13 +215,25 @@ class Engine:
       self._params = None
     self.host.finished = []
 
+  def _penalties_active(self) -> bool:
+    return any(x is not None and (x.request.sampling.presence_penalty or
+                                  x.request.sampling.frequency_penalty) for x in self.lanes)
+
   def _sampling(self):
-    if self._params is None:
+    """Device SamplingParams + seeds for the lanes (cached until lanes or histories change).
+
+    With presence/frequency penalties active, the per-row history (the committed output) is
+    rebuilt every round: H is a power-of-two bucket, -1 padded; the kernels add the round's
+    hypothetical draft prefix to it at each position.
+    """
+    penalties = self._penalties_active()
+    if self._params is None or penalties:
       b = self.b
       cols = {k: np.zeros((b,), np.float32) for k in ("t", "p", "m", "pp", "fp")}
       cols["p"][:] = 1.0
       top_k = np.zeros((b,), np.int32)
       seed = np.zeros((b,), np.uint32)
+      longest = 0
       for i, lane in enumerate(self.lanes):
         if lane is None:
           continue
@@ -229,9 +241,15 @@ class Engine:
         cols["t"][i], cols["p"][i], cols["m"][i] = s.temperature, s.top_p, s.min_p
         cols["pp"][i], cols["fp"][i] = s.presence_penalty, s.frequency_penalty
         top_k[i], seed[i] = s.top_k, s.seed
-      hist = -np.ones((b, 1), np.int32)
+        longest = max(longest, len(lane.output))
+      h = stages.bucket(longest) if penalties else 0
+      hist = -np.ones((b, h), np.int32)
+      if penalties:
+        for i, lane in enumerate(self.lanes):
+          if lane is not None and lane.output:
+            hist[i, :len(lane.output)] = lane.output
       self._params = _deps.sampling_params(cols["t"], top_k, cols["p"], cols["m"], cols["pp"],
-                                           cols["fp"], hist, np.zeros((b, 1), np.int32))
+                                           cols["fp"], hist, (hist >= 0).astype(np.int32))
       self._seed = jnp.asarray(seed)
     return self._params, self._seed
 

@@ -28,8 +28,8 @@ class SamplingOptions:
   top_k: int = 0  # 0 = off; chosen over LEGAL tokens only
   top_p: float = 1.0  # 1 = off
   min_p: float = 0.0  # 0 = off
-  presence_penalty: float = 0.0
-  frequency_penalty: float = 0.0
+  presence_penalty: float = 0.0  # subtracted once from each token already in the output
+  frequency_penalty: float = 0.0  # subtracted once per occurrence in the output
   seed: int = 0  # counter-based stream: (seed, logical position, purpose)
 
   def validate(self) -> None:
@@ -44,11 +44,9 @@ class SamplingOptions:
       raise ValueError(f"min_p={self.min_p} must be in [0, 1]")
     if not 0 <= self.seed < 2**32:
       raise ValueError(f"seed={self.seed} must be in [0, 2**32)")
-    if self.presence_penalty or self.frequency_penalty:
-      # The kernels apply penalties over a history; the engine does not track the committed
-      # history per row yet, so penalties would silently differ from ordinary decoding.
-      raise ValueError("presence_penalty / frequency_penalty are not supported by the engine "
-                       "yet; leave them at 0")
+    for name in ("presence_penalty", "frequency_penalty"):
+      if not abs(getattr(self, name)) < float("inf"):
+        raise ValueError(f"{name}={getattr(self, name)} must be finite")
 
 
 @dataclasses.dataclass(frozen=True)

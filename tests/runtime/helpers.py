@@ -67,7 +67,7 @@ def choice_legal(choices, vocab, out_ids) -> np.ndarray:
 
 
 def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choices=None,
-                       top_k=0):
+                       top_k=0, presence=0.0, frequency=0.0):
   """Exact probabilities of every output of ordinary decoding (FP64 enumeration).
 
   Returns:
@@ -84,6 +84,8 @@ def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choic
     logits = full_logits(cfg, model, [list(prompt) + list(k) for k in keys])
     nxt: dict[tuple, float] = {}
     for key, z in zip(keys, logits):
+      for t in set(key):  # penalties over the output so far (not the prompt)
+        z[t] -= presence + frequency * key.count(t)
       legal = np.zeros(cfg.vocab_size, bool)
       legal[:vocab.size] = (choice_legal(choices, vocab, key) if choices is not None
                             else np.ones(vocab.size, bool))

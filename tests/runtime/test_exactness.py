@@ -129,6 +129,20 @@ def test_top_k_over_legal_tokens():
   assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
 
 
+@pytest.mark.parametrize("bridge", ["stages", "callback"])
+def test_penalties_over_committed_and_drafted_history(bridge):
+  """Presence/frequency penalties: the history is the committed output plus the round's
+  hypothetical drafts; the distribution matches ordinary decoding with penalties."""
+  cfg, model = h.tiny_model()
+  want = h.exact_distribution(cfg, model, PROMPTS[0], h.toy_vocab(), 3, 1.0, presence=1.5,
+                              frequency=0.7)
+  requests = [GenerationRequest(PROMPTS[0], max_tokens=3, sampling=SamplingOptions(
+      temperature=1.0, presence_penalty=1.5, frequency_penalty=0.7, seed=s)) for s in range(1200)]
+  results = run(engine("ngram+jump", bridge), requests)
+  assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
+  assert sum(r.accepted for r in results) > 0  # drafts were accepted under penalties
+
+
 def test_wrong_target_fails_the_same_check():
   """Negative control: samples of ordinary decoding at T = 1.4 fail the T = 1 test."""
   requests = [GenerationRequest(PROMPTS[0], max_tokens=3,

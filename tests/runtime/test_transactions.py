@@ -115,9 +115,9 @@ def test_request_errors_before_queueing():
     eng.submit(GenerationRequest([1, 2], max_tokens=100))
   with pytest.raises(ValueError, match="top_p"):
     eng.submit(GenerationRequest([1, 2], max_tokens=4, sampling=SamplingOptions(top_p=0.0)))
-  with pytest.raises(ValueError, match="penalty"):
+  with pytest.raises(ValueError, match="presence_penalty"):
     eng.submit(GenerationRequest([1, 2], max_tokens=4,
-                                 sampling=SamplingOptions(presence_penalty=1.0)))
+                                 sampling=SamplingOptions(presence_penalty=float("nan"))))
   with pytest.raises(ic.ConstraintError):
     eng.submit(GenerationRequest([1, 2], max_tokens=4,
                                  constraint=ic.OutputConstraint.regex("(")))
