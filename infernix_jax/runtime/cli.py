@@ -48,6 +48,8 @@ flags.DEFINE_integer("top-k", 0, "Top-k over legal tokens (0 = off).")
 flags.DEFINE_float("top-p", 1.0, "Top-p (1 = off).")
 flags.DEFINE_float("min-p", 0.0, "Min-p (0 = off).")
 flags.DEFINE_integer("seed", 0, "Sampling seed.")
+flags.DEFINE_float("presence-penalty", 0.0, "Subtracted once from each token already output.")
+flags.DEFINE_float("frequency-penalty", 0.0, "Subtracted per occurrence in the output.")
 flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")
 flags.DEFINE_boolean("json-object", False, "Constrain the output to a JSON object.")
@@ -154,7 +156,9 @@ def generate() -> dict:
   if jump is None:
     jump = (constraint is not None or bool(f["tools-file"].value)) and f.drafter != "none"
   sampling = SamplingOptions(temperature=f.temperature, top_k=f["top-k"].value,
-                             top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed)
+                             top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed,
+                             presence_penalty=f["presence-penalty"].value,
+                             frequency_penalty=f["frequency-penalty"].value)
   sampling.validate()
   t0 = time.perf_counter()
   cfg, model, source = _load(f.model)
