@@ -75,9 +75,13 @@ def narrowing_reason(value: Any, schema_json: str) -> str | None:
       for ch in s:
         if not any(lo <= ord(ch) <= hi for lo, hi in safe):
           return "pattern/length strings and additional keys spell no escapes"
+  bounded = any(f'"{k}"' in schema_json for k in
+                ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"))
   for n in _numbers(value):
     if abs(n) >= 2**63 or (not isinstance(n, int) and len(Decimal(str(n)).as_tuple().digits) > 17):
       return "numbers beyond int64 / 17 significant digits"
+    if bounded and not isinstance(n, int) and -Decimal(str(n)).normalize().as_tuple().exponent > 6:
+      return "bounded numbers spell at most 6 fraction digits (xgrammar)"
   return None
 
 
