@@ -1,4 +1,4 @@
-"""Engine adapters for the drafter networks of `models/drafters` (MTP, DFlash, DFlash2).
+"""Engine adapters for the drafter networks of `models/drafters` (draft model, MTP, DFlash).
 
 Axis letters: B lanes, P = K + 1, C prompt bucket, D target width, S capacity.
 
@@ -47,12 +47,18 @@ def _keys(seed, position, salt: int):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class NetDrafter(_DeviceDrafter):
-  """MTP, DFlash or DFlash2 (sparse q) behind the engine's device-drafter hooks."""
+  """Draft model, MTP, DFlash or DFlash2 (sparse q) behind the engine's device-drafter hooks.
+
+  The draft model (`models.drafters.DraftModelDrafter`) ignores the hidden states; greedy it
+  gives one-hot q, sampling (temperature > 0) the dense q it drew from. It drafts over the
+  model's whole logits width: a padding id is simply rejected by the target (ids >= V have
+  p = 0), so outputs stay exact.
+  """
 
   k: int = 4
-  kind: str = "mtp"  # mtp | dflash | dflash2
-  net: Any = None  # the models.drafters object (MTPDrafter / DFlashDrafter)
-  dim: int = 0  # D of the target hidden states
+  kind: str = "mtp"  # draft | mtp | dflash | dflash2
+  net: Any = None  # the models.drafters object (DraftModelDrafter / MTPDrafter / DFlashDrafter)
+  dim: int = 0  # D of the target hidden states (0: the engine's target width)
 
   @property
   def name(self):  # type: ignore[override]
@@ -60,30 +66,40 @@ class NetDrafter(_DeviceDrafter):
 
   @property
   def q_kind(self):  # type: ignore[override]
+    if self.kind == "draft":
+      return "dense" if self.net.temperature > 0 else "onehot"
     return "sparse" if self.kind == "dflash2" else "onehot"
 
   @property
   def sampling(self):  # type: ignore[override]
-    return self.kind == "dflash2"
+    return self.kind == "dflash2" or (self.kind == "draft" and self.net.temperature > 0)
 
   def init_device(self, engine):
     cache = self.net.init_state(engine.b, engine.capacity + 2 * (self.k + 1))
     p = self.k + 1
     dtype = engine.cfg.jnp_dtype
+    dim = self.dim or engine.cfg.dim
     state = NetState(cache=cache, tokens=jnp.zeros((engine.b, p), jnp.int32),
-                     hidden=jnp.zeros((engine.b, p, self.dim), dtype),
+                     hidden=jnp.zeros((engine.b, p, dim), dtype),
                      counts=jnp.zeros((engine.b,), jnp.int32))
-    return (self.net.state, self.net.head), state
+    return (self.net.state, getattr(self.net, "head", None)), state
 
   def _call(self, dparams, cache, ctx, keys):
-    from infernix_jax.models.drafters import dflash, mtp
+    """-> (ids i32[B, K], q parts: None | (cand_ids, cand_probs) | dense probs, cache)."""
+    from infernix_jax.models.drafters import dflash, draft_model, mtp
     state, head = dparams
+    if self.kind == "draft":
+      ids, probs, cache = draft_model.propose_draft_model(
+          self.net.graphdef, state, cache, ctx.tokens, ctx.counts, keys, k=self.k,
+          temperature=self.net.temperature, width=self.net.target_width)
+      return ids, probs, cache
     if self.kind == "mtp":
       ids, cache = mtp.propose_mtp(self.net.graphdef, state, head, cache, ctx, k=self.k)
-      return ids, None, None, cache
-    return dflash.propose_dflash(self.net.graphdef, state, head, cache, ctx, keys, k=self.k,
-                                 sparse=self.kind == "dflash2",
-                                 temperature=self.net.temperature)
+      return ids, None, cache
+    ids, cand_ids, cand_probs, cache = dflash.propose_dflash(
+        self.net.graphdef, state, head, cache, ctx, keys, k=self.k,
+        sparse=self.kind == "dflash2", temperature=self.net.temperature)
+    return ids, (cand_ids, cand_probs), cache
 
   def prefill_rows(self, engine, prompts, hidden):
     """Resets the admitted lanes' context and appends prompt[:-1]; prompt[-1] is pending.
@@ -105,7 +121,7 @@ class NetDrafter(_DeviceDrafter):
       pending[lane, 0] = ids[-1]
     adm = jnp.asarray(admitted)
     cache = st.cache.with_lengths(jnp.where(adm, 0, st.cache.lengths))
-    last = jnp.zeros((b, self.dim), st.hidden.dtype)
+    last = jnp.zeros((b, st.hidden.shape[-1]), st.hidden.dtype)
     if hidden is not None and counts.max() > 0:
       c = hidden.shape[1]
       tokens = np.zeros((b, c), np.int32)
@@ -116,7 +132,7 @@ class NetDrafter(_DeviceDrafter):
       feats = jnp.concatenate([jnp.zeros_like(h[:, :1]), h[:, :-1]], axis=1)  # [B, T, D]
       ctx = DraftContext(tokens=jnp.asarray(tokens), hidden=feats, counts=jnp.asarray(counts))
       keys = _keys(jnp.zeros((b,), jnp.uint32), jnp.zeros((b,), jnp.int32), 7)
-      _, _, _, cache = self._call(engine.dparams, cache, ctx, keys)
+      _, _, cache = self._call(engine.dparams, cache, ctx, keys)
       idx = jnp.asarray(np.maximum(counts - 1, 0))
       last = jnp.where(jnp.asarray(counts > 0)[:, None],
                        jnp.take_along_axis(h, idx[:, None, None], axis=1)[:, 0], 0)
@@ -130,12 +146,13 @@ class NetDrafter(_DeviceDrafter):
     from infernix_jax.models.drafters import DraftContext
     ctx = DraftContext(tokens=dstate.tokens, hidden=dstate.hidden, counts=dstate.counts)
     keys = _keys(seed, position, 0x0D2F)
-    ids, cand_ids, cand_probs, cache = self._call(dparams, dstate.cache, ctx, keys)
-    if self.kind == "dflash2":
-      from infernix_jax.runtime import _deps
-      q = _deps.sparse_q(cand_ids, cand_probs)
+    from infernix_jax.runtime import _deps
+    ids, parts, cache = self._call(dparams, dstate.cache, ctx, keys)
+    if self.q_kind == "sparse":
+      q = _deps.sparse_q(*parts)
+    elif self.q_kind == "dense":
+      q = _deps.dense_q(parts)
     else:
-      from infernix_jax.runtime import _deps
       q = _deps.onehot_q()
     n = jnp.full((ids.shape[0],), self.k, jnp.int32)
     return ids.astype(jnp.int32), n, q, dataclasses.replace(dstate, cache=cache)
@@ -150,6 +167,23 @@ class NetDrafter(_DeviceDrafter):
     return dataclasses.replace(dstate, tokens=jnp.maximum(tokens, 0).astype(jnp.int32),
                                hidden=hidden.astype(dstate.hidden.dtype),
                                counts=(accepted + 1).astype(jnp.int32))
+
+
+def make_draft_model(*, k: int, draft_model, target=None, sampling: bool = False,
+                     temperature: float = 1.0) -> NetDrafter:
+  """The draft-model drafter (`models.drafters.DraftModelDrafter`) for the engine.
+
+  Args:
+    draft_model: (cfg, model) of the draft model (it must share the target's vocabulary).
+    target: (cfg, model) of the target or None (then q is as wide as the draft's logits).
+    sampling: draw drafts at `temperature` (dense q) instead of greedy (one-hot q).
+  """
+  from infernix_jax.models import drafters as md
+  cfg, model = draft_model
+  width = target[0].vocab_size if target is not None else cfg.vocab_size
+  net = md.DraftModelDrafter.from_model(model, k=k, temperature=temperature if sampling else 0.0,
+                                        target_width=width)
+  return NetDrafter(k=k, kind="draft", net=net, dim=target[0].dim if target is not None else 0)
 
 
 def make(name: str, *, k: int, target=None, seed: int = 0, temperature: float = 1.0):

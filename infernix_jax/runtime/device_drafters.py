@@ -17,8 +17,6 @@ own state so it stays consistent with what the target verifies.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +24,7 @@ import numpy as np
 from infernix_jax.runtime import _deps
 from infernix_jax.runtime.drafters import Drafter
 
-__all__ = ["DraftModelDrafter", "make"]
+__all__ = ["make"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,102 +79,25 @@ class _DeviceDrafter(Drafter):
     return _deps.sparse_q(jnp.asarray(q_host[1]), jnp.asarray(q_host[2]))
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class DraftModelDrafter(_DeviceDrafter):
-  """A smaller model sharing the vocabulary drafts K tokens autoregressively.
-
-  Greedy (`sampling=False`): one-hot q. Sampling: drafts are drawn from
-  softmax(logits / temperature) restricted to the tokenizer's V, and q is that dense
-  distribution (`DenseQ`), which masked q can restrict to the grammar.
-
-  The draft model keeps its own KV cache (lanes x capacity), committed with the target's
-  lengths; it consumes K + 1 tokens a round so every committed position has its keys.
-  """
-
-  k: int = 4
-  graphdef: Any = None  # the draft model's static graph (nnx.split)
-  cfg: Any = None  # its ModelConfig
-  params: Any = None  # its parameters (passed to the stages as a traced pytree)
-  sampling: bool = False
-  temperature: float = 1.0
-  vocab_size: int = 0  # V (tokenizer): drafts never exceed it; 0 = the draft's Vm
-  seed: int = 0
-
-  name = "draft"
-
-  @property
-  def q_kind(self):  # type: ignore[override]
-    return "dense" if self.sampling else "onehot"
-
-  def init_device(self, engine):
-    return self.params, _deps.kv_cache_init(self.cfg, engine.b, engine.capacity)
-
-  def prefill_rows(self, engine, prompts, hidden):
-    """Prefills prompt[:-1] of the admitted lanes into the draft model's cache (batched)."""
-    from infernix_jax.runtime import stages
-    longest = max(len(p) - 1 for p in prompts.values())
-    if longest <= 0:
-      return engine.dstate
-    tokens = np.zeros((engine.b, stages.bucket(longest)), np.int32)
-    counts = np.zeros((engine.b,), np.int32)
-    start = engine.host.lengths.copy()
-    for b, p in prompts.items():
-      tokens[b, :len(p) - 1] = p[:-1]
-      counts[b] = len(p) - 1
-      start[b] = 0
-    cache = engine.dstate.with_lengths(jnp.asarray(start))
-    _, cache = stages.prefill_row(self.graphdef, engine.dparams, cache, jnp.asarray(tokens),
-                                  jnp.asarray(counts))
-    return cache
-
-  def device_propose(self, dparams, dstate, anchor, lengths, host_drafts, use_host, seed,
-                     position):
-    from flax import nnx
-    model = nnx.merge(self.graphdef, dparams)
-    b, k = host_drafts.shape
-    v = self.vocab_size or self.cfg.vocab_size
-    cache = dstate.with_lengths(lengths)
-    tok = anchor
-    drafts, probs = [], []
-    base = jax.random.key(self.seed)
-    # Counter-based per-row keys (request seed, logical position): independent across
-    # requests and rounds, unchanged when a request moves between lanes.
-    row_keys = jax.vmap(lambda s, p: jax.random.fold_in(jax.random.fold_in(base, s), p))(
-        seed.astype(jnp.uint32), position)
-    for i in range(k + 1):
-      hidden, cache = model(tok[:, None], cache)
-      cache = cache.with_lengths(cache.lengths + 1)
-      if i == k:
-        break  # the last step only writes the keys of d_K
-      logits = model.logits(hidden[:, 0])[:, :v]  # [B, V]
-      if self.sampling:
-        p = jax.nn.softmax(logits / self.temperature, axis=-1)
-        keys = jax.vmap(lambda kk: jax.random.fold_in(kk, i))(row_keys)
-        d = jax.vmap(jax.random.categorical)(keys, logits / self.temperature).astype(jnp.int32)
-        probs.append(jnp.pad(p, ((0, 0), (0, self.cfg.vocab_size - v))))
-      else:
-        d = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-      drafts.append(d)
-      tok = jnp.where(use_host, host_drafts[:, i], d)  # host rows feed the verified drafts
-    drafts = jnp.stack(drafts, axis=1)  # [B, K]
-    n = jnp.full((b,), k, jnp.int32)
-    q = _deps.dense_q(jnp.stack(probs, axis=1)) if self.sampling else _deps.onehot_q()
-    return drafts, n, q, cache
-
-
 def make(name: str, *, k: int, target=None, draft_model=None, sampling: bool = False,
          seed: int = 0, vocab_size: int = 0) -> Drafter:
-  """A device drafter by name ("draft", "mtp", "dflash", "dflash2")."""
-  from flax import nnx
+  """A device drafter by name ("draft", "mtp", "dflash", "dflash2").
+
+  Every one is a `models/drafters` network behind `runtime/_net_drafters.NetDrafter`. The
+  draft model ("draft", `models.drafters.DraftModelDrafter`) drafts over its whole logits
+  width (`vocab_size` is accepted for compatibility and unused: a draft id >= V is rejected
+  by the target's verification, which keeps the output exact); sampling draws at
+  temperature 1 with dense q.
+  """
+  from infernix_jax.runtime import _net_drafters
+  del vocab_size
   if name == "draft":
     if draft_model is None:
       raise ValueError("the draft-model drafter needs a draft model (cfg, model)")
-    cfg, model = draft_model
+    cfg = draft_model[0]
     if target is not None and target[0].vocab_size != cfg.vocab_size:
       raise ValueError(f"the draft model's vocabulary ({cfg.vocab_size} logits) differs from "
                        f"the target's ({target[0].vocab_size}); a draft model must share it")
-    graphdef, params = nnx.split(model)
-    return DraftModelDrafter(k=k, graphdef=graphdef, cfg=cfg, params=params,
-                             sampling=sampling, seed=seed, vocab_size=vocab_size)
-  from infernix_jax.runtime import _net_drafters
+    return _net_drafters.make_draft_model(k=k, draft_model=draft_model, target=target,
+                                          sampling=sampling)
   return _net_drafters.make(name, k=k, target=target, seed=seed)
