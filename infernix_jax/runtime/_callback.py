@@ -39,7 +39,7 @@ class _Bridge:
     eng = self.engine
     h = eng.host
     t0 = time.perf_counter()
-    drafts, n_drafts = np.asarray(drafts), np.asarray(n_drafts)
+    drafts, n_drafts = np.asarray(drafts), h.clip(n_drafts)  # thinking budget extents
     q_host = None
     if h.any_constrained():
       if eng.masked_q and eng.drafter.sampling and q_leaves:
@@ -63,8 +63,9 @@ class _Bridge:
     freed = bool(finished)
     eng._retire()
     # Penalty histories live in the loop's fixed SamplingParams: rebuild them every round.
+    # A forced thinking close is appended outside the loop (the engine's own step).
     stop = ((freed and bool(eng._waiting)) or not eng.host.any_active()
-            or eng._penalties_active())
+            or eng._penalties_active() or bool(eng.host.closes_due()))
     eng.stats["rounds"] += 1
     eng.stats["callback_seconds"] += time.perf_counter() - t0
     return np.bool_(stop)

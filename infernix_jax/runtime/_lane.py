@@ -28,6 +28,8 @@ class Lane:
   cancelled: bool = False
   finish: FinishReason | None = None
   error: GenerationError | None = None
+  tracker: Any = None  # ReasoningTracker of a budgeted row without a FramedSession
+  forced_close: bool = False  # the thinking budget closed the reasoning block
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
@@ -35,6 +37,26 @@ class Lane:
   @property
   def constrained(self) -> bool:
     return self.session is not None
+
+  @property
+  def in_reasoning(self) -> bool:
+    """The committed output is inside the reasoning block (framed session or tracker)."""
+    if self.session is not None and hasattr(self.session, "in_reasoning"):
+      return bool(self.session.in_reasoning)
+    return self.tracker is not None and self.tracker.in_reasoning
+
+  def reasoning_left(self) -> int | None:
+    """Reasoning tokens left under the thinking budget (None: no budget applies now)."""
+    budget = self.request.thinking_budget
+    if budget is None or not self.in_reasoning:
+      return None
+    return budget - len(self.output)
+
+  def close_tokens(self) -> list[int]:
+    """The forced close this row receives at its budget."""
+    if self.tracker is not None:
+      return self.tracker.forced_close_tokens()
+    return list(self.session.forced_close_tokens())
 
   @property
   def remaining(self) -> int:
@@ -72,4 +94,4 @@ class Lane:
         text="".join(self.text_parts), finish_reason=self.finish or FinishReason.ERROR,
         prompt_tokens=len(self.request.prompt_ids), error=str(err) if err else None,
         error_kind=err.kind if err else None, constraint=report, rounds=list(self.rounds),
-        wall_seconds=time.perf_counter() - self.t_start)
+        wall_seconds=time.perf_counter() - self.t_start, thinking_forced_close=self.forced_close)

@@ -141,6 +141,43 @@ class NetDrafter(_DeviceDrafter):
                     hidden=jnp.where(adm[:, None, None], hid, st.hidden),
                     counts=jnp.where(adm, 1, st.counts))
 
+  def append_rows(self, engine, rows, hidden):
+    """Forced tokens appended outside a round (a thinking budget's close) become context.
+
+    The pending context of each row (the last round's committed tokens) and the appended
+    tokens c1..c_{m-1} are appended now; c_m stays pending as the anchor.
+
+    Args:
+      rows: lane -> appended ids [c1..cm] (the other lanes are untouched).
+      hidden: the target's hidden states [B, T, D] of the append over [anchor, c1..c_{m-1}]
+        (hidden[b, j] predicted c_{j+1}).
+    """
+    from infernix_jax.models.drafters import DraftContext
+    from infernix_jax.runtime import stages
+    st = engine.dstate
+    tok_p, hid_p, cnt_p = jax.device_get((st.tokens, st.hidden, st.counts))
+    hid = np.asarray(jax.device_get(hidden)).astype(hid_p.dtype)
+    b, p = tok_p.shape
+    width = stages.bucket(p + max(len(c) for c in rows.values()))
+    tokens = np.zeros((b, width), np.int32)  # [B, C]
+    feats = np.zeros((b, width, hid_p.shape[-1]), hid_p.dtype)  # [B, C, D]
+    counts = np.zeros((b,), np.int32)
+    new_tok, new_hid, new_cnt = tok_p.copy(), hid_p.copy(), cnt_p.copy()
+    for lane, close in rows.items():
+      n0, m = int(cnt_p[lane]), len(close)
+      tokens[lane, :n0], feats[lane, :n0] = tok_p[lane, :n0], hid_p[lane, :n0]
+      tokens[lane, n0:n0 + m - 1] = close[:-1]
+      feats[lane, n0:n0 + m - 1] = hid[lane, :m - 1]
+      counts[lane] = n0 + m - 1
+      new_tok[lane], new_hid[lane] = 0, 0
+      new_tok[lane, 0], new_hid[lane, 0], new_cnt[lane] = close[-1], hid[lane, m - 1], 1
+    ctx = DraftContext(tokens=jnp.asarray(tokens), hidden=jnp.asarray(feats),
+                       counts=jnp.asarray(counts))
+    keys = _keys(jnp.zeros((b,), jnp.uint32), jnp.zeros((b,), jnp.int32), 7)
+    _, _, cache = self._call(engine.dparams, st.cache, ctx, keys)
+    return NetState(cache=cache, tokens=jnp.asarray(new_tok), hidden=jnp.asarray(new_hid),
+                    counts=jnp.asarray(new_cnt))
+
   def device_propose(self, dparams, dstate, anchor, lengths, host_drafts, use_host, seed,
                      position):
     from infernix_jax.models.drafters import DraftContext

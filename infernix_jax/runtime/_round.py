@@ -46,6 +46,7 @@ class RoundHost:
     self.host_drafts = np.zeros((b, k), np.int32)  # [B, K]
     self.host_n = np.zeros((b,), np.int32)
     self.use_host = np.zeros((b,), bool)
+    self.cap = np.full((b,), k, np.int32)  # per-row draft extent limit (thinking budget)
     self.lengths = np.zeros((b,), np.int32)  # committed KV length per lane
     self.anchor = np.zeros((b,), np.int32)  # last committed token, not yet in the cache
     self.drop_bonus = np.zeros((b,), bool)
@@ -61,11 +62,16 @@ class RoundHost:
     self.host_drafts.fill(0)
     self.host_n.fill(0)
     self.use_host.fill(False)
+    self.cap.fill(self.k)
     for b, lane in enumerate(self.lanes):
       if lane is None or self.k == 0:
         continue
       # Never draft past the budget: the bonus/correction token needs one slot.
       k = max(0, min(self.k, lane.remaining - 1))
+      left = lane.reasoning_left()
+      if left is not None:  # nor past the thinking budget (the row commits <= left tokens)
+        k = max(0, min(k, left - 1))
+        self.cap[b] = k
       prop = self.drafter.host_propose(lane.draft_state, lane.session, k)
       n = min(len(prop.drafts), k)
       self.host_drafts[b, :n] = prop.drafts[:n]
@@ -74,6 +80,24 @@ class RoundHost:
       if lane.report is not None:
         lane.report.jump_forward_tokens += min(prop.jump_forward, n)
     self.host_seconds += time.perf_counter() - t0
+
+  def clip(self, n_drafts: np.ndarray) -> np.ndarray:
+    """Device drafters' extents limited by `cap` (host drafts are limited when proposed)."""
+    return np.minimum(np.asarray(n_drafts, np.int32), self.cap)
+
+  def any_capped(self) -> bool:
+    return bool((self.cap < self.k).any())
+
+  def closes_due(self) -> list[int]:
+    """Active lanes whose reasoning reached the thinking budget (a forced close is due)."""
+    due = []
+    for b, lane in enumerate(self.lanes):
+      if lane is None or lane.finish is not None or lane.error is not None:
+        continue
+      left = lane.reasoning_left()
+      if left is not None and left <= 0 and lane.remaining > 0:
+        due.append(b)
+    return due
 
   def any_constrained(self) -> bool:
     return any(lane is not None and lane.constrained for lane in self.lanes)
@@ -249,6 +273,8 @@ class RoundHost:
       visible = [t for t in out if t not in self.eos]
       lane.publish(visible, final=finish is not None)
       self.drafter.observe(lane.draft_state, out)
+      if lane.tracker is not None:
+        lane.tracker.observe(out)
       if finish is None and lane.session is None and lane.check_stop_strings():
         finish = FinishReason.STOP_STRING
       if finish is not None:

@@ -30,6 +30,9 @@ def check_request(request: GenerationRequest) -> None:
     raise ValueError(f"max_tokens={request.max_tokens} must be >= 1")
   if not request.prompt_ids:
     raise ValueError("the prompt is empty: give at least one token")
+  if request.thinking_budget is not None and not (
+      isinstance(request.thinking_budget, int) and request.thinking_budget >= 0):
+    raise ValueError(f"thinking_budget={request.thinking_budget!r} must be an int >= 0 or None")
   constrained = request.constraint is not None or request.tools is not None
   if constrained and request.stop:
     raise FeatureConflictError(

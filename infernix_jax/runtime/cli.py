@@ -51,6 +51,8 @@ flags.DEFINE_integer("seed", 0, "Sampling seed.")
 flags.DEFINE_float("presence-penalty", 0.0, "Subtracted once from each token already output.")
 flags.DEFINE_float("frequency-penalty", 0.0, "Subtracted per occurrence in the output.")
 flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
+flags.DEFINE_integer("thinking-budget", None, "Reasoning tokens allowed before the engine "
+                     "closes the thinking block itself (Qwen thinking prompts; default: none).")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")
 flags.DEFINE_boolean("json-object", False, "Constrain the output to a JSON object.")
 flags.DEFINE_string("grammar-file", None, "Constrain the output to this GBNF grammar (root).")
@@ -84,6 +86,9 @@ def _validate() -> None:
   f = FLAGS
   if f.k < 0:
     raise UsageError(f"--k={f.k} must be >= 0")
+  budget = f["thinking-budget"].value
+  if budget is not None and budget < 0:
+    raise UsageError(f"--thinking-budget={budget} must be >= 0")
   if f["max-tokens"].value < 1:
     raise UsageError(f"--max-tokens={f['max-tokens'].value} must be >= 1")
   if f.temperature < 0:
@@ -194,7 +199,8 @@ def generate() -> dict:
   request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
                               sampling=sampling, constraint=constraint,
                               tools=tools, tool_choice=f["tool-choice"].value if tools else None,
-                              stop=tuple(f.stop or ()), on_token=stream)
+                              stop=tuple(f.stop or ()), on_token=stream,
+                              thinking_budget=f["thinking-budget"].value)
   result = engine.generate([request])[0]
   if f.stream:
     sys.stdout.write("\n")

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import _deps, stages
+from infernix_jax.runtime import _deps, _thinking, stages
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._round import RoundHost
 from infernix_jax.runtime._session import build_session, check_request
@@ -114,7 +114,8 @@ class Engine:
     session, report = build_session(request, self.compiler) if (
         request.constraint is not None or request.tools is not None) else (None, None)
     lane = Lane(request=request, session=session, report=report,
-                draft_state=self.drafter.row_state(request.prompt_ids), vocab=self.vocab)
+                draft_state=self.drafter.row_state(request.prompt_ids), vocab=self.vocab,
+                tracker=_thinking.tracker_for(request, session, self.vocab))
     self._waiting.append(lane)
     return request.request_id
 
@@ -136,6 +137,8 @@ class Engine:
     """Decodes until no request is waiting or running."""
     while self._waiting or self.host.any_active():
       self._admit()
+      if _thinking.apply_forced_closes(self):  # rows at their thinking budget
+        self._retire()
       if not self.host.any_active():
         continue
       if self.bridge == "stages":
@@ -283,16 +286,22 @@ class Engine:
       else:
         drafts, n_drafts = host.host_drafts, host.host_n
       h0 = time.perf_counter()
-      drafts, n_drafts, changed = host.fill_masks(drafts, n_drafts, q_host)
+      clipped = host.clip(n_drafts)
+      capped = bool((clipped != n_drafts).any())
+      drafts, n_drafts, changed = host.fill_masks(drafts, clipped, q_host)
+      changed = changed or capped
       mask = jax.device_put(host.mask_buf)
       states, enabled = jnp.asarray(host.states), jnp.asarray(host.enabled)
       if changed:
         drafts_d, n_d = jnp.asarray(drafts), jnp.asarray(n_drafts)
-        q_d = self.drafter.q_from_host(q_host)
+        if q_host is not None:
+          q_d = self.drafter.q_from_host(q_host)
       self.stats["mask_seconds"] += time.perf_counter() - h0
     else:
       mask, states, enabled = self._zero_mask, self._zero_states, self._no_mask
       host.drop_bonus.fill(False)
+      if self.drafter.device and host.any_capped():  # thinking budget: clip the extent
+        n_d = jnp.minimum(n_d, jnp.asarray(host.cap))
     accepted, tokens, flags = stages.finish_stage(
         logits, mask, enabled, states, drafts_d, n_d, q_d, params, seed, position,
         vocab_size=self.vocab.size)

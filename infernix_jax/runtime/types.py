@@ -77,6 +77,9 @@ class GenerationRequest:
   stop: tuple[str, ...] = ()  # extra stop strings; rejected together with a constraint
   request_id: str = ""
   on_token: Callable[[TokenEvent], None] | None = None  # streaming callback
+  # Reasoning tokens allowed before the engine appends the canonical close (`\n</think>\n\n`)
+  # itself; None = unlimited. Counts the output tokens generated while reasoning.
+  thinking_budget: int | None = None
 
   def __post_init__(self):
     if not self.request_id:
@@ -137,6 +140,7 @@ class GenerationResult:
   constraint: ConstraintReport | None = None
   rounds: list[RoundStat] = dataclasses.field(default_factory=list)
   wall_seconds: float = 0.0  # submit to finish (queue wait, prefill and decoding)
+  thinking_forced_close: bool = False  # the thinking budget closed the reasoning block
 
   @property
   def drafted(self) -> int:
@@ -170,6 +174,7 @@ class GenerationResult:
         "error_kind": self.error_kind,
         "prompt_tokens": self.prompt_tokens,
         "constraint": self.constraint.to_dict() if self.constraint else None,
+        "thinking_forced_close": self.thinking_forced_close,
         "stats": {
             "rounds": len(self.rounds),
             "drafted": self.drafted,

@@ -22,6 +22,7 @@ def run_cli(args):
     (["generate", "--top-p=0"], "--top-p=0.0 must be in (0, 1]"),
     (["generate", "--min-p=2"], "--min-p"),
     (["generate", "--k=-1"], "--k=-1 must be >= 0"),
+    (["generate", "--thinking-budget=-2"], "--thinking-budget=-2 must be >= 0"),
     (["generate", "--max-tokens=0"], "--max-tokens"),
     (["generate", "--bridge=fast"], "--bridge"),
     (["generate", "--drafter=magic"], "--drafter='magic'"),
@@ -64,11 +65,12 @@ def test_choice_generation_writes_json(tmp_path, capsys):
   out = tmp_path / "out.json"
   rc = run_cli(["generate", f"--model={ckpt}", "--prompt=Pick one", "--choice=yes",
                 "--choice=no way", "--k=2", "--temperature=0.7", "--seed=3", "--max-tokens=12",
-                f"--json-out={out}", "--nowarmup"])
+                f"--json-out={out}", "--nowarmup", "--thinking-budget=2"])
   assert rc == 0, capsys.readouterr().err
   result = json.loads(out.read_text())
   assert result["text"] in ("yes", "no way")
   assert result["finish_reason"] == "stop"
+  assert result["thinking_forced_close"] is False  # no thinking block in this vocabulary
   assert result["constraint"]["terminated"] and result["constraint"]["kind"] == "choice"
   assert result["drafter"] == "jump+ngram" and result["k"] == 2
   assert result["stats"]["rounds"] == len(result["stats"]["per_round"]) >= 1
