@@ -152,3 +152,18 @@ def test_rest_of_batch_unaffected(qwen3_vocab):  # noqa: F811
 def test_invalid_budget_rejected(qwen3_vocab):  # noqa: F811
   with pytest.raises(ValueError, match="thinking_budget"):
     engine(qwen3_vocab, "none").submit(req(THINKING, -1))
+
+
+def test_natural_close_before_budget_unaffected(qwen3_vocab):  # noqa: F811
+  """A model that closes its reasoning itself (here at once: the `</think>` logit is raised)
+  gives the same output with and without a budget, and no forced close."""
+  cfg, model = tiny_qwen3()
+  biased = im.Transformer(cfg, rngs=nnx.Rngs(0))
+  biased.lm_head[...] = model.lm_head[...].at[:, THINK_CLOSE].add(50.0)
+  eng = Engine(biased, qwen3_vocab, NGramDrafter(k=K, n=2), lanes=2, capacity=64, cfg=cfg)
+  for spec in (None, OBJECT):
+    with_budget = generate(eng, [req(THINKING, 6, spec)])[0]
+    without = generate(eng, [req(THINKING, None, spec)])[0]
+    assert with_budget.token_ids[0] == THINK_CLOSE  # closed naturally, before the budget
+    assert with_budget.token_ids == without.token_ids
+    assert not with_budget.thinking_forced_close
