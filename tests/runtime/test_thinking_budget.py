@@ -167,3 +167,16 @@ def test_natural_close_before_budget_unaffected(qwen3_vocab):  # noqa: F811
     assert with_budget.token_ids[0] == THINK_CLOSE  # closed naturally, before the budget
     assert with_budget.token_ids == without.token_ids
     assert not with_budget.thinking_forced_close
+
+
+def test_sampled_rows_close_at_the_budget(qwen3_vocab):  # noqa: F811
+  """At T = 1 with a drafter whose windows cross the budget, every row still has exactly
+  `budget` reasoning tokens, then the close, then content."""
+  from infernix_jax.runtime.types import SamplingOptions
+  eng = engine(qwen3_vocab, "draft-self")
+  requests = [GenerationRequest(THINKING, max_tokens=MAX, constraint=spec, thinking_budget=b,
+                                sampling=SamplingOptions(temperature=1.0, seed=s))
+              for s, (b, spec) in enumerate([(2, None), (5, OBJECT), (6, None), (3, OBJECT)])]
+  for r, b in zip(generate(eng, requests), (2, 5, 6, 3)):
+    assert r.thinking_forced_close and THINK_CLOSE not in r.token_ids[:b]
+    assert r.token_ids[b:b + 3] == [NL, THINK_CLOSE, SEP]
