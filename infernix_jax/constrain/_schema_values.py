@@ -27,7 +27,7 @@ def is_number(v: Any) -> bool:
 
 
 def json_type(v: Any) -> str:
-  """The JSON type name of a parsed value (integers report "integer")."""
+  """The JSON type name of a parsed value (integral numbers report "integer", as JSON Schema)."""
   if v is None:
     return "null"
   if isinstance(v, bool):
@@ -36,6 +36,8 @@ def json_type(v: Any) -> str:
     return "integer"
   if isinstance(v, Decimal):
     return "number"
+  if isinstance(v, float):  # values parsed without parse_float=Decimal (tool definitions)
+    return "integer" if v.is_integer() else "number"
   if isinstance(v, str):
     return "string"
   if isinstance(v, list):

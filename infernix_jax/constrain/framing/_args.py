@@ -13,6 +13,7 @@ import enum
 import json
 from typing import Any, Mapping
 
+from infernix_jax.constrain._schema_values import json_type
 from infernix_jax.constrain.errors import ConstraintError, SchemaError, UnsupportedSchemaError
 from infernix_jax.constrain.framing import _ebnf
 from infernix_jax.constrain.framing.tools import ToolDefinition
@@ -65,9 +66,9 @@ class ToolContract:
 def _types_of(schema: Mapping[str, Any]) -> set[str] | None:
   """The JSON types a value schema admits (None = any type)."""
   if "const" in schema:
-    return {_json_type(schema["const"])}
+    return {json_type(schema["const"])}
   if "enum" in schema and isinstance(schema["enum"], list):
-    return {_json_type(v) for v in schema["enum"]}
+    return {json_type(v) for v in schema["enum"]}
   t = schema.get("type")
   if isinstance(t, str):
     return {t}
@@ -94,22 +95,6 @@ def _types_of(schema: Mapping[str, Any]) -> set[str] | None:
   if "items" in schema or "prefixItems" in schema:
     return {"array"}
   return None
-
-
-def _json_type(v: Any) -> str:
-  if v is None:
-    return "null"
-  if isinstance(v, bool):
-    return "boolean"
-  if isinstance(v, int):
-    return "integer"
-  if isinstance(v, float):
-    return "number"
-  if isinstance(v, str):
-    return "string"
-  if isinstance(v, list):
-    return "array"
-  return "object"
 
 
 def decoding_hint(schema: Any) -> Encoding:
