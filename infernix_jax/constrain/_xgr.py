@@ -84,20 +84,27 @@ xgr = _import_xgrammar()
 from xgrammar._version import __version__ as VERSION  # noqa: E402  (pinned: 0.2.8)
 
 
+CONTROL_PREFIX = b"\xff"  # never valid UTF-8: control tokens stay out of every text rule
+
+
 def tokenizer_info(vocab) -> Any:
   """xgrammar's TokenizerInfo for ``vocab``, built once per vocabulary (thread-safe, lazy).
 
   Facts are passed explicitly: RAW vocabulary type with the exact bytes we decoded, the EOS
-  ids as stop tokens, and every control/unused id as an empty token so that it can never
-  match text (a control token and an ordinary token with the same spelling stay distinct).
-  ``vocab_size`` is the tokenizer's V (the mask width), never the logits' padded width.
+  ids as stop tokens, unused ids as empty tokens, and every other control token spelled
+  ``CONTROL_PREFIX`` + its spelling. 0xFF never occurs in UTF-8, so no text rule (GBNF, JSON,
+  regex, choice) can match a control token, and a control token and an ordinary token with the
+  same spelling stay distinct; token-level rules (``Token(id)``, used by framing for
+  ``</think>`` and ``<tool_call>``) still match it by id. ``vocab_size`` is the tokenizer's V
+  (the mask width), never the logits' padded width.
   """
 
   def build():
-    from infernix_jax.constrain.vocab import ORDINARY
+    from infernix_jax.constrain.vocab import CONTROL, ORDINARY
 
-    ordinary = vocab.token_class == ORDINARY
-    encoded = [b if ordinary[i] else b"" for i, b in enumerate(vocab.token_bytes)]
+    cls = vocab.token_class
+    encoded = [b if cls[i] == ORDINARY else CONTROL_PREFIX + b if cls[i] == CONTROL else b""
+               for i, b in enumerate(vocab.token_bytes)]
     return xgr.TokenizerInfo(encoded, xgr.VocabType.RAW, vocab_size=vocab.size,
                              stop_token_ids=list(vocab.eos_ids), add_prefix_space=False)
 

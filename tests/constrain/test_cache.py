@@ -170,9 +170,11 @@ def test_tokenizer_index_built_once_per_vocabulary_under_threads():
   assert len(calls) == 1 and len({id(r) for r in results}) == 1
   infos = _run_threads([lambda: _xgr.tokenizer_info(vocab)] * 4)
   assert len({id(i) for i in infos}) == 1
-  # Facts passed explicitly: EOS as stop tokens, control ids special, tokenizer V as size.
+  # Facts passed explicitly: EOS as stop tokens, control ids spelled outside UTF-8 (never
+  # text, still matchable by id), tokenizer V as size.
   info = infos[0]
-  assert info.stop_token_ids == [0] and 1 in info.special_token_ids
+  assert info.stop_token_ids == [0]
+  assert bytes(info.decoded_vocab[1]) == _xgr.CONTROL_PREFIX + vocab.token_bytes[1]
   assert info.vocab_size == vocab.size
 
 
