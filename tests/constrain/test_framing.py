@@ -15,15 +15,6 @@ from tests.constrain.conftest import QWEN3_DIR
 THINK_OPEN, THINK_CLOSE, TOOL_OPEN, TOOL_CLOSE = 151667, 151668, 151657, 151658
 
 
-@pytest.fixture(scope="module")
-def tok():
-  tokenizers = pytest.importorskip("tokenizers")
-  if not (QWEN3_DIR / "tokenizer.json").exists():
-    pytest.skip("shared data (Qwen3 tokenizer) not present")
-  t = tokenizers.Tokenizer.from_file(str(QWEN3_DIR / "tokenizer.json"))
-  return lambda s: t.encode(s, add_special_tokens=False).ids
-
-
 def legal(session, vocab) -> np.ndarray:
   buf = np.zeros((1, vocab.mask_words), np.int32)
   session.lookahead([], out=buf)

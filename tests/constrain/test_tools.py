@@ -28,15 +28,6 @@ SEARCH = {"name": "search", "parameters": {
 
 
 @pytest.fixture(scope="module")
-def tok():
-  tokenizers = pytest.importorskip("tokenizers")
-  if not (QWEN3_DIR / "tokenizer.json").exists():
-    pytest.skip("shared data (Qwen3 tokenizer) not present")
-  t = tokenizers.Tokenizer.from_file(str(QWEN3_DIR / "tokenizer.json"))
-  return lambda s: t.encode(s, add_special_tokens=False).ids
-
-
-@pytest.fixture(scope="module")
 def tools():
   return fr.parse_tools([LOOKUP, SEARCH])
 
