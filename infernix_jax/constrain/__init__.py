@@ -17,6 +17,7 @@ from infernix_jax.constrain.errors import (
     RegexError,
     SchemaError,
     TokenReferenceError,
+    UnsupportedConstraintError,
     UnsupportedSchemaError,
 )
 from infernix_jax.constrain.batch import fill_batch
@@ -50,6 +51,7 @@ __all__ = [
     "RegexError",
     "SchemaError",
     "TokenReferenceError",
+    "UnsupportedConstraintError",
     "UnsupportedSchemaError",
     "Vocabulary",
     "smollm2_gguf_path",

@@ -48,3 +48,19 @@ class TokenReferenceError(ConstraintError):
 
 class PrefixError(ConstraintError):
   """A continuation prefix the constraint cannot accept; location is the byte offset."""
+
+
+class UnsupportedConstraintError(ConstraintError):
+  """A constraint backend cannot express a construct; names the backend and the construct.
+
+  Attributes:
+    backend: the backend's registry name ("trie", "llguidance", ...).
+    construct: what it cannot express (a kind, a keyword, a grammar feature).
+  """
+
+  def __init__(self, backend: str, construct: str, message: str = "",
+               location: str | None = None):
+    self.backend, self.construct = backend, construct
+    detail = f": {message}" if message else ""
+    super().__init__(f"the {backend} backend cannot express {construct}{detail}; choose "
+                     f"another backend (or 'auto')", location)
