@@ -19,7 +19,6 @@ class Lane:
   request: GenerationRequest
   session: Any  # OutputSession or None (unconstrained)
   report: ConstraintReport | None
-  draft_state: Any  # the drafter's per-request host state
   vocab: Any
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   output: list[int] = dataclasses.field(default_factory=list)
@@ -41,7 +40,7 @@ class Lane:
   @property
   def in_reasoning(self) -> bool:
     """The committed output is inside the reasoning block (framed session or tracker)."""
-    if self.session is not None and hasattr(self.session, "in_reasoning"):
+    if self.session is not None and hasattr(self.session, "in_reasoning"):  # FramedSession
       return bool(self.session.in_reasoning)
     return self.tracker is not None and self.tracker.in_reasoning
 
@@ -70,6 +69,18 @@ class Lane:
     if self.request.on_token is not None and (tokens or final):
       self.request.on_token(TokenEvent(self.request.request_id, tuple(tokens), text, final))
 
+  def fail(self, error: GenerationError) -> None:
+    """Ends the request with `error` (cancelled or error); a raising stream callback is
+    ignored here (the request is ending anyway)."""
+    from infernix_jax.runtime.errors import RequestCancelled
+    self.error = error
+    self.finish = (FinishReason.CANCELLED if isinstance(error, RequestCancelled)
+                   else FinishReason.ERROR)
+    try:
+      self.publish([], final=True)
+    except Exception:  # noqa: BLE001
+      pass
+
   def check_stop_strings(self) -> bool:
     """Unconstrained rows: truncates the text at the first extra stop string, if any."""
     if not self.request.stop:
@@ -85,9 +96,9 @@ class Lane:
     """The final result (after `finish` is set)."""
     report = self.report
     if report is not None and self.session is not None:
-      report.complete = bool(getattr(self.session, "complete", False))
-      report.terminated = bool(getattr(self.session, "terminated", False))
-      report.branch = str(getattr(self.session, "branch", report.branch))
+      report.complete = bool(self.session.complete)
+      report.terminated = bool(self.session.terminated)
+      report.branch = str(getattr(self.session, "branch", report.branch))  # framed sessions
     err = self.error
     return GenerationResult(
         request_id=self.request.request_id, token_ids=list(self.output),

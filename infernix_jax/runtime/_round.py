@@ -1,300 +1,286 @@
-"""Host side of one decode round: proposals, masks (+ masked q), and the commit protocol.
+"""One decode round, written once; the two host bridges execute the same function.
 
-Axis letters: B lanes, K drafts, P = K + 1 positions, W mask words, C sparse candidates,
-Vm logits width.
+Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, W mask words,
+Vm logits width, D model width.
+
+  begin (host: limits, forced tokens, host drafts)
+  -> propose (device drafters) -> verify (target over [anchor, drafts])
+  -> masks (host lookahead, only when a lane is constrained)
+  -> finish (masked q, masked sampling, acceptance) -> commit (host protocol)
+  -> advance (device drafters: what was really committed) -> clear lanes that went non-finite
+
+`run_round` takes an executor: `StagesIO` runs host steps in Python between jitted device
+steps (the draft ids come back while the verify still runs: async dispatch gives the
+overlap); `CallbackIO` traces the same function inside one compiled `lax.while_loop` and
+reaches the host through `io_callback`. Only small arrays cross: draft ids in, masks and
+committed tokens out; q and logits stay on the device.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import _deps
-from infernix_jax.runtime._lane import Lane
-from infernix_jax.runtime.errors import (ConstraintDeadEnd, GenerationError, NonFiniteLogits,
-                                         RequestCancelled, StateIntegrityError)
-from infernix_jax.runtime.types import FinishReason, RoundStat
-
-_MASKED_Q_PURPOSE = 0x6D71  # "mq": host redraws of masked-q drafts (distinct RNG purpose)
+from infernix_jax.pallas import OneHotQ
+from infernix_jax.runtime import _deps, _masked_q
+from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
 
-def _bit(words: np.ndarray, token: int) -> bool:
-  """Whether `token` is allowed in one packed mask row words [W]."""
-  return bool((int(words[token >> 5]) >> (token & 31)) & 1)
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DeviceState:
+  """What the round threads through: the target's KV cache and the device drafter's state."""
+
+  cache: Any
+  dstate: Any
 
 
-class RoundHost:
-  """Owns the preallocated host buffers and the per-lane committed state (lengths, anchor).
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RoundArgs:
+  """Traced inputs that stay fixed for a round (or a compiled loop of rounds).
 
-  The engine calls, per round: `propose` -> (Forward) -> `fill_masks` -> (Finish) -> `commit`.
+  Attributes:
+    state: the target's parameters (from `nnx.split`).
+    dparams: the device drafter's parameters (None for host drafters).
+    params: pallas SamplingParams per lane; seed: u32[B] request seeds.
   """
 
-  def __init__(self, lanes: list[Lane | None], k: int, vocab: Any, drafter: Any,
-               masked_q: bool):
-    b = len(lanes)
-    self.lanes = lanes
-    self.k, self.p = k, k + 1
-    self.vocab, self.drafter, self.masked_q = vocab, drafter, masked_q
-    self.w = mask_layout.mask_words(vocab.size)
-    # Preallocated, C-contiguous; masks are filled in place every round.
-    self.mask_buf = np.zeros((b, self.p, self.w), np.int32)  # [B, P, W]
-    self.states = np.full((b, self.p), mask_layout.UNREACHABLE, np.int8)  # [B, P]
-    self.enabled = np.zeros((b,), bool)  # [B]
-    self.host_drafts = np.zeros((b, k), np.int32)  # [B, K]
-    self.host_n = np.zeros((b,), np.int32)
-    self.use_host = np.zeros((b,), bool)
-    self.cap = np.full((b,), k, np.int32)  # per-row draft extent limit (thinking budget)
-    self.lengths = np.zeros((b,), np.int32)  # committed KV length per lane
-    self.anchor = np.zeros((b,), np.int32)  # last committed token, not yet in the cache
-    self.drop_bonus = np.zeros((b,), bool)
-    self.eos = frozenset(int(e) for e in vocab.eos_ids)
-    self.dead_bit, self.nonfinite_bit, self.empty_bit = _deps.flag_bits()
-    self.finished: list[int] = []  # lanes that finished in the last commit
-    self.host_seconds = 0.0  # host work of the bridge (proposals, masks, commit)
+  state: Any
+  dparams: Any
+  params: Any
+  seed: Any
 
-  # --- proposals -----------------------------------------------------------------------------
-  def propose(self) -> None:
-    """Host drafts for every active lane (n-gram, jump-forward) into host_drafts/host_n."""
+
+@dataclasses.dataclass(frozen=True)
+class RoundStatics:
+  """Static facts of the compiled round (hashable: jit static argument)."""
+
+  graphdef: Any
+  drafter: Any
+  vocab_size: int
+  masked_q: bool
+  lanes: int
+  words: int  # W
+
+
+# --- device steps (pure; jitted one by one by StagesIO, inlined by CallbackIO) --------------
+def propose_step(drafter, dparams, dstate, inp):
+  """The device drafter's proposal -> (Proposal, dstate)."""
+  return drafter.propose(dparams, dstate, inp)
+
+
+def verify_step(graphdef, state, cache, lengths, anchor, drafts):
+  """The target over [anchor, drafts] at each lane's committed length -> (logits [B, P, Vm],
+  hidden [B, P, D], cache)."""
+  cache = cache.with_lengths(lengths)
+  tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
+  return _deps.verify(graphdef, state, cache, tokens)
+
+
+def finish_step(logits, mask, states, enabled, prop, params, seed, position, *, vocab_size,
+                masked_q):
+  """Masked q (sampling drafters), then masked sampling + acceptance with the real q.
+
+  Returns:
+    (accepted i32[B], tokens i32[B, P], flags i32[B], n_drafts i32[B]) -- n_drafts after
+    masked-q redraws.
+  """
+  drafts, n, q = prop.drafts, prop.n, prop.q
+  if mask is not None and masked_q:
+    q, drafts, n, states = _masked_q.apply(q, mask, enabled, states, drafts, n, seed, position,
+                                           vocab_size)
+  out = _deps.spec_accept(logits, mask, enabled, states, drafts, n, q, params, seed, position,
+                          vocab_size=vocab_size)
+  return out.accepted, out.tokens, out.flags, n
+
+
+def advance_step(drafter, dparams, dstate, tokens, counts, hidden):
+  """The device drafter learns what each lane really committed."""
+  return drafter.advance(dparams, dstate, Committed(tokens, counts, hidden))
+
+
+def clear_step(drafter, cache, dstate, rows):
+  """Zeros the KV rows (and drafter rows) of lanes `rows` (bool[B]) that went non-finite:
+  attention multiplies masked positions by 0, and 0 * NaN would poison the next request."""
+  keep = ~rows[None, :, None, None, None]
+  cache = dataclasses.replace(cache, k=jnp.where(keep, cache.k, 0),
+                              v=jnp.where(keep, cache.v, 0))
+  return cache, drafter.clear(dstate, rows)
+
+
+_JIT = {
+    propose_step: jax.jit(propose_step, static_argnames=("drafter",),
+                          donate_argnames=("dstate",)),
+    verify_step: jax.jit(verify_step, static_argnames=("graphdef",), donate_argnames=("cache",)),
+    finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q")),
+    advance_step: jax.jit(advance_step, static_argnames=("drafter",),
+                          donate_argnames=("dstate",)),
+    clear_step: jax.jit(clear_step, static_argnames=("drafter",),
+                        donate_argnames=("cache", "dstate")),
+}
+
+
+# --- the round -------------------------------------------------------------------------------
+def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
+  """One round over every lane -> (DeviceState, stop flag from the host's commit step)."""
+  drafter = st.drafter
+  (anchor, lengths, position, limit, forced, n_forced, host_drafts, host_n,
+   constrained) = io.host("begin", token)
+  inp = DraftInput(anchor=anchor, lengths=lengths, seed=args.seed, position=position,
+                   limit=limit, forced=forced, n_forced=n_forced)
+  dstate = dev.dstate
+  if drafter.on_device:
+    prop, dstate = io.device(propose_step, drafter, args.dparams, dstate, inp)
+  else:
+    prop = Proposal(host_drafts, host_n, OneHotQ())
+  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache, lengths,
+                                    anchor, prop.drafts)
+  mask, states, enabled = io.masks(constrained, prop.drafts, prop.n)
+  accepted, tokens, flags, n = io.device(
+      finish_step, logits, mask, states, enabled, prop, args.params, args.seed, position,
+      vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling)
+  out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
+  if drafter.on_device:
+    dstate = io.device(advance_step, drafter, args.dparams, dstate, out_tokens, counts, hidden)
+  cache, dstate = io.when(poisoned, clear_step, drafter, cache, dstate)
+  return DeviceState(cache, dstate), stop
+
+
+class HostSteps:
+  """The host steps of a round over a `RoundHost`, as flat tuples of numpy arrays."""
+
+  def __init__(self):
+    self.host = None  # the RoundHost of the engine running now (set before each call)
+    self.stop_when = None  # callable() -> bool: leave the compiled loop after this round
+
+  def begin(self, token):
+    h = self.host
+    inp, prop = h.begin(np.asarray(self.seed))
+    return (inp.anchor, inp.lengths, inp.position, inp.limit, inp.forced, inp.n_forced,
+            np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32),
+            np.bool_(h.any_constrained()))
+
+  def masks(self, drafts, n):
+    mask, states, enabled = self.host.masks(drafts, n)
+    return mask, np.asarray(states, np.int8), np.asarray(enabled, bool)
+
+  def commit(self, accepted, tokens, flags, n):
+    committed, poisoned = self.host.commit(accepted, tokens, flags, n)
+    stop = self.stop_when() if self.stop_when is not None else False
+    return committed.tokens, committed.counts, poisoned, np.bool_(stop)
+
+
+class StagesIO:
+  """Executes the round in Python: host steps directly, device steps as jitted stages."""
+
+  def __init__(self, steps: HostSteps):
+    self.steps = steps
+
+  def host(self, name, *args):
+    return getattr(self.steps, name)(*jax.device_get(args))
+
+  def device(self, fn, *args, **static):
+    return _JIT[fn](*args, **static)
+
+  def masks(self, constrained, drafts, n):
+    if not constrained:  # no constrained lane: no host wait, no upload, no mask read
+      return None, None, None
     t0 = time.perf_counter()
-    self.host_drafts.fill(0)
-    self.host_n.fill(0)
-    self.use_host.fill(False)
-    self.cap.fill(self.k)
-    for b, lane in enumerate(self.lanes):
-      if lane is None or self.k == 0:
-        continue
-      # Never draft past the budget: the bonus/correction token needs one slot.
-      k = max(0, min(self.k, lane.remaining - 1))
-      left = lane.reasoning_left()
-      if left is not None:  # nor past the thinking budget (the row commits <= left tokens)
-        k = max(0, min(k, left - 1))
-        self.cap[b] = k
-      prop = self.drafter.host_propose(lane.draft_state, lane.session, k)
-      n = min(len(prop.drafts), k)
-      self.host_drafts[b, :n] = prop.drafts[:n]
-      self.host_n[b] = n
-      self.use_host[b] = prop.host
-      if lane.report is not None:
-        lane.report.jump_forward_tokens += min(prop.jump_forward, n)
-    self.host_seconds += time.perf_counter() - t0
+    drafts, n = jax.device_get((drafts, n))  # waits for the proposal only, not the verify
+    self.steps.host.stats["draft_wait_seconds"] += time.perf_counter() - t0
+    mask, states, enabled = self.steps.masks(drafts, n)
+    return jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
 
-  def clip(self, n_drafts: np.ndarray) -> np.ndarray:
-    """Device drafters' extents limited by `cap` (host drafts are limited when proposed)."""
-    return np.minimum(np.asarray(n_drafts, np.int32), self.cap)
+  def when(self, rows, fn, drafter, cache, dstate):
+    if not np.asarray(rows).any():
+      return cache, dstate
+    return _JIT[fn](drafter, cache, dstate, jnp.asarray(rows))
 
-  def any_capped(self) -> bool:
-    return bool((self.cap < self.k).any())
 
-  def closes_due(self) -> list[int]:
-    """Active lanes whose reasoning reached the thinking budget (a forced close is due)."""
-    due = []
-    for b, lane in enumerate(self.lanes):
-      if lane is None or lane.finish is not None or lane.error is not None:
-        continue
-      left = lane.reasoning_left()
-      if left is not None and left <= 0 and lane.remaining > 0:
-        due.append(b)
-    return due
+class CallbackIO:
+  """Traces the round: host steps through `io_callback`, device steps inline."""
 
-  def any_constrained(self) -> bool:
-    return any(lane is not None and lane.constrained for lane in self.lanes)
+  def __init__(self, steps: HostSteps, shapes: dict):
+    self.steps, self.shapes = steps, shapes
 
-  def any_active(self) -> bool:
-    return any(lane is not None for lane in self.lanes)
+  def host(self, name, *args):
+    return io_callback(getattr(self.steps, name), self.shapes[name], *args)
 
-  # --- masks ---------------------------------------------------------------------------------
-  def fill_masks(self, drafts: np.ndarray, n_drafts: np.ndarray, q: Any = None):
-    """Lookahead per constrained row into the preallocated mask buffer.
+  def device(self, fn, *args, **static):
+    return fn(*args, **static)
 
-    With masked q (sampling drafters, q host arrays given), each constrained row's q is
-    masked by the grammar at every looked-ahead position (q' = norm(q * 1[A])), and the
-    first illegal draft is redrawn from q'. Drawing from q and redrawing illegal draws from q'
-    yields exactly q', so acceptance with q' stays exact. A redrawn draft ends the row's
-    drafts (the target verified the old one), and the bonus after it is dropped.
+  def masks(self, constrained, drafts, n):
+    shapes = self.shapes["masks"]
 
-    Args:
-      drafts: i32[B, K] as verified by Forward. n_drafts: i32[B].
-      q: None, or ("sparse", ids i32[B,K,C], probs f32[B,K,C]) or ("dense", probs f32[B,K,Vm]),
-        writable host copies (modified in place).
+    def fill(drafts, n):
+      return io_callback(self.steps.masks, shapes, drafts, n)
 
-    Returns:
-      (drafts, n_drafts, changed): changed is True when masked q modified drafts or q.
-    """
-    t0 = time.perf_counter()
-    self.enabled.fill(False)
-    self.states.fill(mask_layout.UNREACHABLE)
-    self.drop_bonus.fill(False)
-    changed = False
-    drafts = np.array(drafts, np.int32, copy=True)
-    n_drafts = np.array(n_drafts, np.int32, copy=True)
-    for b, lane in enumerate(self.lanes):
-      if lane is None or lane.session is None:
-        continue
-      r0 = time.perf_counter()
-      n = int(n_drafts[b])
-      buf = self.mask_buf[b, :n + 1]  # contiguous [n+1, W]
-      st = np.asarray(lane.session.lookahead(drafts[b, :n].copy(), out=buf), np.int8)
-      if q is not None and self.masked_q and n:
-        st, n, redrawn = self._mask_q_row(b, lane, drafts, n, st, q)
-        if redrawn or n != n_drafts[b]:
-          n_drafts[b] = n
-        changed = True
-      self.states[b, :len(st)] = st
-      self.enabled[b] = True
-      lane.report.mask_positions += int(np.count_nonzero(st != mask_layout.UNREACHABLE))
-      lane.report.mask_bytes_uploaded += self.p * self.w * 4
-      lane.report.lookahead_seconds += time.perf_counter() - r0
-    self.host_seconds += time.perf_counter() - t0
-    return drafts, n_drafts, changed
+    def skip(drafts, n):  # nothing crosses when no lane is constrained
+      return (jnp.zeros(shapes[0].shape, jnp.int32),
+              jnp.full(shapes[1].shape, mask_layout.UNREACHABLE, jnp.int8),
+              jnp.zeros(shapes[2].shape, bool))
 
-  def _mask_q_row(self, b, lane, drafts, n, st, q):
-    """Masks q_b by the grammar and redraws the first illegal draft (see fill_masks)."""
-    kind = q[0]
-    seed = int(lane.request.sampling.seed)
-    base = len(lane.output)
-    redrawn = False
-    i = 0
-    while i < n:
-      if st[i] != mask_layout.READY:
-        break
-      words = self.mask_buf[b, i]
-      if kind == "sparse":
-        ids, probs = q[1][b, i], q[2][b, i]
-        legal = np.array([0 <= t < self.vocab.size and _bit(words, int(t)) for t in ids])
-        masked = np.where(legal, probs, 0.0)
-      else:
-        probs = q[1][b, i]
-        legal = mask_layout.unpack(words, self.vocab.size)
-        masked = np.zeros_like(probs)
-        masked[:self.vocab.size] = np.where(legal, probs[:self.vocab.size], 0.0)
-      z = float(masked.sum())
-      if z <= 0:  # no legal mass: keep the real q (the draft is rejected normally)
-        break
-      masked = (masked / z).astype(probs.dtype)
-      d = int(drafts[b, i])
-      ok = 0 <= d < self.vocab.size and _bit(words, d)
-      probs[...] = masked
-      if ok:
-        i += 1
-        continue
-      # Redraw from q' (counter-based: seed, logical position, purpose).
-      rng = np.random.default_rng([seed, base + i, _MASKED_Q_PURPOSE])
-      cdf = np.cumsum(masked.astype(np.float64))
-      j = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-      j = min(j, len(masked) - 1)
-      drafts[b, i] = int(q[1][b, i, j]) if kind == "sparse" else j
-      n = i + 1
-      self.drop_bonus[b] = True
-      redrawn = True
-      self.states[b].fill(mask_layout.UNREACHABLE)
-      buf = self.mask_buf[b, :n + 1]
-      st = np.asarray(lane.session.lookahead(drafts[b, :n].copy(), out=buf), np.int8)
-      break
-    return st, n, redrawn
+    return jax.lax.cond(constrained, fill, skip, drafts, n)
 
-  # --- commit protocol -----------------------------------------------------------------------
-  def commit(self, accepted, tokens, flags, n_drafts) -> list[int]:
-    """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
+  def when(self, rows, fn, drafter, cache, dstate):
+    return jax.lax.cond(rows.any(), lambda c, d: fn(drafter, c, d, rows), lambda c, d: (c, d),
+                        cache, dstate)
 
-    A row whose verification reached a DeadEnd, whose logits were non-finite, or that was
-    cancelled commits nothing and fails alone; every other row commits.
 
-    Returns:
-      Lanes that finished this round (their results are ready; the lanes are free).
-    """
-    t0 = time.perf_counter()
-    accepted, tokens, flags = np.asarray(accepted), np.asarray(tokens), np.asarray(flags)
-    plans = []
-    for b, lane in enumerate(self.lanes):
-      if lane is None:
-        continue
-      error = self._row_error(b, lane, int(flags[b]))
-      if error is not None:
-        plans.append((b, lane, None, None, error))
-        continue
-      n = int(accepted[b])
-      out = []
-      for t in tokens[b, :n + 1]:
-        if t < 0:  # no token after an accepted EOS (the next position is Unreachable)
-          break
-        out.append(int(t))
-      if self.drop_bonus[b] and n == int(n_drafts[b]):
-        out = out[:n]
-      finish = None
-      for i, t in enumerate(out):
-        if t in self.eos:
-          out, finish = out[:i + 1], FinishReason.STOP
-          break
-      if len(out) >= lane.remaining:
-        if len(out) > lane.remaining or finish is None:
-          finish = FinishReason.LENGTH
-        out = out[:lane.remaining]
-      if not out or any(t >= self.vocab.size for t in out):
-        plans.append((b, lane, None, None, StateIntegrityError(
-            f"the kernel produced an invalid token id in {out}", lane.request.request_id)))
-        continue
-      if lane.session is not None:
-        r0 = time.perf_counter()
-        r = lane.session.preview(out)
-        lane.report.accept_seconds += time.perf_counter() - r0
-        if getattr(r, "dead_end", False) or int(r.accepted) != len(out):
-          lane.session.discard()
-          plans.append((b, lane, None, None, StateIntegrityError(
-              f"the constraint session accepted {int(r.accepted)} of {len(out)} tokens the "
-              f"kernel produced under its own mask", lane.request.request_id)))
-          continue
-      lane.rounds.append(RoundStat(drafted=int(n_drafts[b]), accepted=min(n, len(out))))
-      plans.append((b, lane, out, finish, None))
-    # Model-state commit: the cache keeps anchor + out[:-1]; out[-1] is the next anchor.
-    for b, lane, out, finish, error in plans:
-      if error is None and out:
-        self.lengths[b] += len(out)
-        self.anchor[b] = out[-1]
-    # Session commit, then publish.
-    self.finished = []
-    for b, lane, out, finish, error in plans:
-      if error is not None:
-        lane.error = error
-        lane.finish = (FinishReason.CANCELLED if isinstance(error, RequestCancelled)
-                       else FinishReason.ERROR)
-        lane.publish([], final=True)
-        self.finished.append(b)
-        continue
-      if lane.session is not None:
-        r0 = time.perf_counter()
-        lane.session.commit()
-        lane.report.accept_seconds += time.perf_counter() - r0
-      if finish is None and lane.session is not None and getattr(lane.session, "terminated",
-                                                                   False):
-        finish = FinishReason.STOP
-      visible = [t for t in out if t not in self.eos]
-      lane.publish(visible, final=finish is not None)
-      self.drafter.observe(lane.draft_state, out)
-      if lane.tracker is not None:
-        lane.tracker.observe(out)
-      if finish is None and lane.session is None and lane.check_stop_strings():
-        finish = FinishReason.STOP_STRING
-      if finish is not None:
-        lane.finish = finish
-        self.finished.append(b)
-    self.host_seconds += time.perf_counter() - t0
-    return self.finished
+def _shapes(b: int, k: int, w: int) -> dict:
+  i32, s = jnp.int32, jax.ShapeDtypeStruct
+  p = k + 1
+  return {
+      "begin": (s((b,), i32), s((b,), i32), s((b,), i32), s((b,), i32), s((b, k), i32),
+                s((b,), i32), s((b, k), i32), s((b,), i32), s((), jnp.bool_)),
+      "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),
+      "commit": (s((b, p), i32), s((b,), i32), s((b,), jnp.bool_), s((), jnp.bool_)),
+  }
 
-  def _row_error(self, b: int, lane: Lane, flags: int) -> GenerationError | None:
-    rid = lane.request.request_id
-    if lane.cancelled:
-      return RequestCancelled(f"request {rid} was cancelled", rid)
-    if flags & self.nonfinite_bit:
-      return NonFiniteLogits(
-          f"request {rid}: the target's logits left no finite choice at output position "
-          f"{len(lane.output)} (internal numerical error, not a constraint problem)", rid)
-    if flags & (self.dead_bit | self.empty_bit):
-      if lane.session is None:
-        return NonFiniteLogits(f"request {rid}: no token could be sampled", rid)
-      return ConstraintDeadEnd(
-          f"request {rid}: the constraint allows no next token after {len(lane.output)} "
-          f"committed output tokens (the grammar has no continuation here)", rid)
-    return None
+
+@functools.partial(jax.jit, static_argnames=("io", "st", "rounds"), donate_argnames=("dev",))
+def _loop(dev: DeviceState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics, rounds: int):
+  def body(carry):
+    i, stop, dev = carry
+    dev, stop = run_round(io, dev, args, stop, st)
+    return i + 1, stop, dev
+
+  def cond(carry):
+    i, stop, _ = carry
+    return (i < rounds) & ~stop
+
+  _, _, dev = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(False), dev))
+  return dev
+
+
+_CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before each call
+
+
+def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics) -> DeviceState:
+  """One round on the `stages` bridge."""
+  steps = HostSteps()
+  steps.host, steps.seed = host, args.seed
+  dev, _ = run_round(StagesIO(steps), dev, args, None, st)
+  return dev
+
+
+def run_callback(host, dev: DeviceState, args: RoundArgs, st: RoundStatics, rounds: int,
+                 stop_when) -> DeviceState:
+  """Up to `rounds` rounds in one compiled loop on the `callback` bridge."""
+  key = (st.lanes, st.drafter.k, st.words)
+  io = _CALLBACK_IO.get(key)
+  if io is None:
+    io = _CALLBACK_IO[key] = CallbackIO(HostSteps(), _shapes(*key))
+  io.steps.host, io.steps.seed, io.steps.stop_when = host, args.seed, stop_when
+  dev = _loop(dev, args, io=io, st=st, rounds=rounds)
+  jax.block_until_ready(dev)
+  return dev

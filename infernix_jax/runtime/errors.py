@@ -12,6 +12,7 @@ __all__ = [
     "GenerationError",
     "NonFiniteLogits",
     "RequestCancelled",
+    "SessionFailure",
     "StateIntegrityError",
 ]
 
@@ -68,3 +69,10 @@ class StateIntegrityError(GenerationError):
 
 class CapacityError(ValueError):
   """A request does not fit the engine (prompt + max_tokens + draft window > KV capacity)."""
+
+
+class SessionFailure(GenerationError):
+  """The request's constraint session raised while the engine drove it (lookahead, preview,
+  commit, jump-forward or a streaming callback): that request ends, the batch goes on."""
+
+  kind = "session"

@@ -1,0 +1,396 @@
+"""Host side of the engine: the lanes' committed state and the three host steps of a round.
+
+Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, W mask words.
+
+`RoundHost` is the one owner of host state: waiting requests, lanes, committed KV lengths
+and anchors, host drafters' state, finished results. The round (`_round.run_round`) calls
+its steps `begin` -> `masks` -> `commit`; the engine calls `admit`, the forced-close steps
+and `retire`. A row whose session, stream callback or numerics fail ends alone with a typed
+error; every other row commits exactly as the protocol says.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+import numpy as np
+
+from infernix_jax import mask_layout
+from infernix_jax.runtime.drafters import Committed, DraftInput, Drafter, DrafterSpec, Proposal
+from infernix_jax.runtime._lane import Lane
+from infernix_jax.runtime.errors import (ConstraintDeadEnd, GenerationError, NonFiniteLogits,
+                                         RequestCancelled, SessionFailure, StateIntegrityError)
+from infernix_jax.runtime.types import FinishReason, GenerationResult, RoundStat
+
+
+class RoundHost:
+  """Host state of B lanes and the host steps of each round.
+
+  Args:
+    lanes: B.
+    drafter: the engine's drafter (host drafters keep their state here).
+    vocab: the tokenizer's Vocabulary (V, EOS ids, decoding).
+    spec: what the drafter sizes its state by.
+  """
+
+  def __init__(self, lanes: int, drafter: Drafter, vocab: Any, spec: DrafterSpec):
+    b, k = lanes, drafter.k
+    self.b, self.k, self.p = b, k, k + 1
+    self.vocab, self.drafter = vocab, drafter
+    self.w = mask_layout.mask_words(vocab.size)
+    self.lanes: list[Lane | None] = [None] * b
+    self.waiting: collections.deque[Lane] = collections.deque()
+    self.results: dict[str, GenerationResult] = {}
+    self.lengths = np.zeros((b,), np.int32)  # committed KV length per lane
+    self.anchor = np.zeros((b,), np.int32)  # last committed token, not yet in the cache
+    self.limit = np.zeros((b,), np.int32)  # drafts each lane may take this round
+    self.mask_buf = np.zeros((b, self.p, self.w), np.int32)  # [B, P, W], filled in place
+    self.eos = frozenset(int(e) for e in vocab.eos_ids)
+    from infernix_jax.pallas import FLAG_DEAD_END, FLAG_EMPTY, FLAG_NONFINITE
+    self.dead_bit, self.nonfinite_bit, self.empty_bit = FLAG_DEAD_END, FLAG_NONFINITE, FLAG_EMPTY
+    # Host drafters' state (device drafters keep theirs in the engine's device state).
+    self.draft_state = None if drafter.on_device else drafter.init(spec)[1]
+    self.stats = collections.Counter()  # host seconds per step, mask bytes uploaded
+    self.generation = 0  # bumped whenever a lane's request changes (per-lane params cache)
+
+  # --- lanes ---------------------------------------------------------------------------------
+  def any_active(self) -> bool:
+    return any(lane is not None for lane in self.lanes)
+
+  def any_constrained(self) -> bool:
+    return any(lane is not None and lane.session is not None and lane.error is None
+               for lane in self.lanes)
+
+  def positions(self) -> np.ndarray:
+    """i32[B] logical output position of each lane's next token."""
+    return np.array([len(x.output) if x is not None else 0 for x in self.lanes], np.int32)
+
+  def admit(self) -> dict[int, list[int]]:
+    """Moves waiting requests into free lanes -> lane -> prompt ids of the admitted ones.
+
+    The caller prefills prompt[:-1] (its KV lengths are set here); prompt[-1] becomes the
+    lane's first anchor, so the first round produces the first token like every later one.
+    """
+    admitted: dict[int, list[int]] = {}
+    for b in range(self.b):
+      if self.lanes[b] is not None:
+        continue
+      while self.waiting and self.waiting[0].cancelled:
+        lane = self.waiting.popleft()
+        rid = lane.request.request_id
+        lane.fail(RequestCancelled(f"request {rid} was cancelled before it started", rid))
+        self.results[rid] = lane.result()
+      if not self.waiting:
+        break
+      lane = self.lanes[b] = self.waiting.popleft()
+      admitted[b] = list(lane.request.prompt_ids)
+      self.lengths[b] = len(admitted[b]) - 1
+      self.anchor[b] = admitted[b][-1]
+    if admitted:
+      self.generation += 1
+    if admitted and not self.drafter.on_device:
+      self.draft_state = self.drafter.extend(None, self.draft_state, admitted, None, reset=True)
+    return admitted
+
+  def retire(self) -> list[int]:
+    """Frees the lanes whose request ended; their results become available. -> freed lanes."""
+    freed = []
+    for b, lane in enumerate(self.lanes):
+      if lane is not None and lane.finish is not None:
+        self.results[lane.request.request_id] = lane.result()
+        self.lanes[b] = None
+        self.lengths[b] = self.anchor[b] = 0
+        freed.append(b)
+    if freed:
+      self.generation += 1
+    return freed
+
+  def cancel(self, request_id: str) -> bool:
+    for lane in list(self.waiting) + [x for x in self.lanes if x is not None]:
+      if lane.request.request_id == request_id:
+        lane.cancelled = True
+        return True
+    return False
+
+  def _fail(self, b: int, lane: Lane, where: str, exc: BaseException) -> None:
+    """Ends lane b's request with a SessionFailure (its open preview, if any, discarded)."""
+    rid = lane.request.request_id
+    if lane.session is not None:
+      try:
+        lane.session.discard()
+      except Exception:  # noqa: BLE001 (the row is failing already; keep the batch alive)
+        pass
+    lane.fail(SessionFailure(f"request {rid}: {where} raised {type(exc).__name__}: {exc}", rid))
+
+  # --- step 1: round inputs ------------------------------------------------------------------
+  def begin(self, seed: np.ndarray) -> tuple[DraftInput, Proposal]:
+    """Draft limits, grammar-forced tokens and (host drafters) the proposal.
+
+    Returns:
+      (DraftInput, Proposal): numpy arrays; the proposal is empty for device drafters.
+    """
+    t0 = time.perf_counter()
+    b, k = self.b, self.k
+    self.limit.fill(0)
+    forced = np.zeros((b, k), np.int32)  # [B, K]
+    n_forced = np.zeros((b,), np.int32)
+    for i, lane in enumerate(self.lanes):
+      if lane is None or lane.finish is not None or k == 0:
+        continue
+      # Never draft past max_tokens (the correction/bonus token needs one slot), nor past
+      # the thinking budget (the row commits at most `left` tokens before its forced close).
+      lim = max(0, min(k, lane.remaining - 1))
+      left = lane.reasoning_left()
+      if left is not None:
+        lim = max(0, min(lim, left - 1))
+      self.limit[i] = lim
+      if self.drafter.uses_forced and lane.session is not None and lim > 0:
+        try:
+          got = list(lane.session.forced_tokens(lim))[:lim]
+        except Exception as e:  # noqa: BLE001 (one row's session never fails the batch)
+          self._fail(i, lane, "jump-forward (forced_tokens)", e)
+          self.limit[i] = 0
+          continue
+        forced[i, :len(got)] = got
+        n_forced[i] = len(got)
+    inp = DraftInput(anchor=self.anchor.copy(), lengths=self.lengths.copy(), seed=seed,
+                     position=self.positions(), limit=self.limit.copy(), forced=forced,
+                     n_forced=n_forced)
+    if self.drafter.on_device:
+      from infernix_jax.pallas import OneHotQ
+      prop = Proposal(np.zeros((b, k), np.int32), np.zeros((b,), np.int32), OneHotQ())
+    else:
+      prop, self.draft_state = self.drafter.propose(None, self.draft_state, inp)
+    for i, lane in enumerate(self.lanes):
+      if lane is not None and lane.report is not None:
+        lane.report.jump_forward_tokens += int(n_forced[i])  # drafted first, whole
+    self.stats["begin_seconds"] += time.perf_counter() - t0
+    return inp, prop
+
+  # --- step 2: masks -------------------------------------------------------------------------
+  def masks(self, drafts: np.ndarray, n_drafts: np.ndarray):
+    """Lookahead masks of every constrained lane, one batch fill per backend.
+
+    Args:
+      drafts: i32[B, K] as verified by Forward; n_drafts: i32[B].
+
+    Returns:
+      (mask i32[B, P, W] (the preallocated buffer), states int8[B, P], enabled bool[B]).
+      Unconstrained lanes are disabled (their rows are not filled and never read).
+    """
+    from infernix_jax import constrain as ic
+    t0 = time.perf_counter()
+    drafts = np.ascontiguousarray(drafts, np.int32)
+    n_drafts = np.minimum(np.asarray(n_drafts, np.int32), self.k)
+    sessions = [lane.session if lane is not None and lane.error is None
+                and lane.finish is None else None for lane in self.lanes]
+    try:
+      states, enabled = ic.fill_batch(sessions, drafts, n_drafts, self.mask_buf)
+    except Exception:  # noqa: BLE001 (find the failing rows; the others fill normally)
+      states = np.full((self.b, self.p), mask_layout.UNREACHABLE, np.int8)
+      for i, s in enumerate(sessions):
+        if s is None:
+          continue
+        n = int(n_drafts[i])
+        try:
+          states[i, :n + 1] = s.lookahead(drafts[i, :n].copy(), out=self.mask_buf[i, :n + 1])
+          self.mask_buf[i, n + 1:] = 0
+        except Exception as e:  # noqa: BLE001
+          self._fail(i, self.lanes[i], "lookahead", e)
+          sessions[i] = None
+      enabled = np.array([s is not None for s in sessions], bool)
+    seconds = time.perf_counter() - t0
+    rows = np.flatnonzero(enabled)
+    for i in rows:
+      report = self.lanes[i].report
+      report.mask_positions += int(np.count_nonzero(states[i] != mask_layout.UNREACHABLE))
+      report.mask_bytes_uploaded += self.p * self.w * 4  # this lane's row of the upload
+      report.lookahead_seconds += seconds / len(rows)
+    self.stats["mask_bytes_uploaded"] += self.mask_buf.nbytes
+    self.stats["mask_seconds"] += seconds
+    return self.mask_buf, states, enabled
+
+  # --- step 3: commit ------------------------------------------------------------------------
+  def commit(self, accepted, tokens, flags, n_drafts) -> tuple[Committed, np.ndarray]:
+    """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
+
+    A row whose verification reached a DeadEnd, whose logits were non-finite, whose session
+    or stream callback raised, or that was cancelled commits nothing and fails alone.
+
+    Args:
+      accepted: i32[B] drafts accepted; tokens: i32[B, P] (-1 after the last);
+      flags: i32[B] kernel flags; n_drafts: i32[B] the drafts Finish verified.
+
+    Returns:
+      (Committed(tokens i32[B, P], counts i32[B]) -- what each lane really committed, for
+      the drafter -- and poisoned bool[B]: lanes that failed with non-finite values, whose
+      KV rows must be cleared).
+    """
+    t0 = time.perf_counter()
+    accepted, tokens = np.asarray(accepted), np.asarray(tokens)
+    flags, n_drafts = np.asarray(flags), np.asarray(n_drafts)
+    out_tokens = np.zeros((self.b, self.p), np.int32)  # [B, P]
+    counts = np.zeros((self.b,), np.int32)
+    poisoned = np.zeros((self.b,), bool)
+    plans = []
+    for b, lane in enumerate(self.lanes):
+      if lane is None or lane.finish is not None:
+        continue
+      error = lane.error or self._row_error(lane, int(flags[b]))
+      if error is not None:
+        plans.append((b, lane, None, None, error))
+        continue
+      n = int(accepted[b])
+      out = []
+      for t in tokens[b, :n + 1]:
+        if t < 0:  # no token after an accepted EOS or a redrawn draft (Unreachable next)
+          break
+        out.append(int(t))
+      finish = None
+      for i, t in enumerate(out):
+        if t in self.eos:
+          out, finish = out[:i + 1], FinishReason.STOP
+          break
+      if len(out) >= lane.remaining:
+        if len(out) > lane.remaining or finish is None:
+          finish = FinishReason.LENGTH
+        out = out[:lane.remaining]
+      if not out or any(t >= self.vocab.size for t in out):
+        plans.append((b, lane, None, None, StateIntegrityError(
+            f"the kernel produced an invalid token id in {out}", lane.request.request_id)))
+        continue
+      if lane.session is not None:
+        r0 = time.perf_counter()
+        try:
+          r = lane.session.preview(out)
+        except Exception as e:  # noqa: BLE001
+          self._fail(b, lane, "preview", e)
+          plans.append((b, lane, None, None, lane.error))
+          continue
+        lane.report.accept_seconds += time.perf_counter() - r0
+        if r.dead_end or int(r.accepted) != len(out):
+          lane.session.discard()
+          plans.append((b, lane, None, None, StateIntegrityError(
+              f"the constraint session accepted {int(r.accepted)} of {len(out)} tokens the "
+              f"kernel produced under its own mask", lane.request.request_id)))
+          continue
+      lane.rounds.append(RoundStat(drafted=int(n_drafts[b]), accepted=min(n, len(out))))
+      plans.append((b, lane, out, finish, None))
+    # Model-state commit: the cache keeps anchor + out[:-1]; out[-1] is the next anchor.
+    for b, lane, out, finish, error in plans:
+      if error is None:
+        self.lengths[b] += len(out)
+        self.anchor[b] = out[-1]
+        out_tokens[b, :len(out)] = out
+        counts[b] = len(out)
+    # Session commit, then publish.
+    for b, lane, out, finish, error in plans:
+      if error is not None:
+        poisoned[b] = isinstance(error, NonFiniteLogits)
+        lane.fail(error)
+        continue
+      try:
+        if lane.session is not None:
+          r0 = time.perf_counter()
+          lane.session.commit()
+          lane.report.accept_seconds += time.perf_counter() - r0
+          if finish is None and lane.session.terminated:
+            finish = FinishReason.STOP
+        if lane.tracker is not None:
+          lane.tracker.observe(out)
+        lane.publish([t for t in out if t not in self.eos], final=finish is not None)
+      except Exception as e:  # noqa: BLE001 (a session or stream callback fails its row)
+        lane.fail(SessionFailure(f"request {lane.request.request_id}: commit or streaming "
+                                 f"raised {type(e).__name__}: {e}", lane.request.request_id))
+        continue
+      if finish is None and lane.session is None and lane.check_stop_strings():
+        finish = FinishReason.STOP_STRING
+      if finish is not None:
+        lane.finish = finish
+    committed = Committed(tokens=out_tokens, counts=counts)
+    if not self.drafter.on_device:
+      self.draft_state = self.drafter.advance(None, self.draft_state, committed)
+    self.stats["commit_seconds"] += time.perf_counter() - t0
+    return committed, poisoned
+
+  def _row_error(self, lane: Lane, flags: int) -> GenerationError | None:
+    rid = lane.request.request_id
+    if lane.cancelled:
+      return RequestCancelled(f"request {rid} was cancelled", rid)
+    if flags & self.nonfinite_bit:
+      return NonFiniteLogits(
+          f"request {rid}: the target's logits left no finite choice at output position "
+          f"{len(lane.output)} (internal numerical error, not a constraint problem)", rid)
+    if flags & (self.dead_bit | self.empty_bit):
+      if lane.session is None:
+        return NonFiniteLogits(f"request {rid}: no token could be sampled", rid)
+      return ConstraintDeadEnd(
+          f"request {rid}: the constraint allows no next token after {len(lane.output)} "
+          f"committed output tokens (the grammar has no continuation here)", rid)
+    return None
+
+  # --- forced thinking closes ----------------------------------------------------------------
+  def closes_due(self) -> list[int]:
+    """Active lanes whose reasoning reached the thinking budget (a forced close is due)."""
+    due = []
+    for b, lane in enumerate(self.lanes):
+      if lane is None or lane.finish is not None:
+        continue
+      left = lane.reasoning_left()
+      if left is not None and left <= 0 and lane.remaining > 0:
+        due.append(b)
+    return due
+
+  def preview_closes(self) -> dict[int, list[int]]:
+    """Step 1 of a forced close: each due lane's session previews the whole close.
+
+    Returns:
+      lane -> close tokens (cut at max_tokens) for the lanes whose preview succeeded; the
+      others fail alone.
+    """
+    rows: dict[int, list[int]] = {}
+    for b in self.closes_due():
+      lane = self.lanes[b]
+      full = lane.close_tokens()
+      close = full[:lane.remaining]
+      if lane.session is not None:
+        try:
+          if len(close) == len(full):
+            lane.session.preview_forced_close()
+          else:
+            r = lane.session.preview(close)
+            if int(r.accepted) != len(close):
+              lane.session.discard()
+              raise RuntimeError(f"the grammar accepted {int(r.accepted)} of {len(close)}")
+        except Exception as e:  # noqa: BLE001
+          rid = lane.request.request_id
+          lane.fail(StateIntegrityError(
+              f"request {rid}: the forced thinking close was refused: {e}", rid))
+          continue
+      rows[b] = close
+    return rows
+
+  def commit_closes(self, rows: dict[int, list[int]]) -> None:
+    """Steps 3-4 of a forced close, after the physical append: session commit, publish."""
+    self.generation += 1  # the outputs (penalty histories) changed
+    for b, close in rows.items():
+      lane = self.lanes[b]
+      self.lengths[b] += len(close)
+      self.anchor[b] = close[-1]
+      try:
+        if lane.session is not None:
+          lane.session.commit()
+        if lane.tracker is not None:
+          lane.tracker.observe(close)
+        lane.forced_close = True
+        final = lane.remaining - len(close) <= 0
+        lane.publish(list(close), final=final)
+      except Exception as e:  # noqa: BLE001
+        self._fail(b, lane, "the forced close's commit", e)
+        continue
+      if final:
+        lane.finish = FinishReason.LENGTH
+    if not self.drafter.on_device:
+      self.draft_state = self.drafter.extend(None, self.draft_state, rows, None, reset=False)

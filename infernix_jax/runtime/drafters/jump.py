@@ -1,0 +1,87 @@
+"""Grammar jump-forward: tokens the grammar forces become one-hot drafts, around any drafter."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from infernix_jax.pallas import OneHotQ
+from infernix_jax.runtime.drafters.base import Drafter, Proposal, one_hot_rows
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class JumpForward(Drafter):
+  """Forced tokens first (the round computes them from each lane's constraint session).
+
+  Alone (`inner=None`) it drafts only forced tokens (none on unconstrained lanes). Around a
+  host drafter, the inner one continues after the forced tokens; around a device drafter,
+  lanes with forced tokens use them instead of the inner proposal this round (their q rows
+  become one-hot). The target verifies every draft, so the output stays lossless.
+  """
+
+  k: int = 4
+  inner: Drafter | None = None
+
+  uses_forced = True
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.inner is not None and self.inner.k != self.k:
+      raise ValueError(f"jump-forward k={self.k} must equal its inner drafter's k={self.inner.k}")
+    if isinstance(self.inner, JumpForward):
+      raise ValueError("jump-forward cannot wrap another jump-forward drafter")
+
+  @property
+  def name(self):  # type: ignore[override]
+    return "jump" if self.inner is None else f"jump+{self.inner.name}"
+
+  @property
+  def on_device(self):  # type: ignore[override]
+    return self.inner is not None and self.inner.on_device
+
+  @property
+  def q_kind(self):  # type: ignore[override]
+    return "onehot" if self.inner is None else self.inner.q_kind
+
+  @property
+  def sampling(self):  # type: ignore[override]
+    return self.inner is not None and self.inner.sampling
+
+  def init(self, spec):
+    return (None, None) if self.inner is None else self.inner.init(spec)
+
+  def propose(self, params, state, inp):
+    if self.inner is None:
+      n = np.minimum(inp.n_forced, inp.limit).astype(np.int32)
+      return Proposal(np.asarray(inp.forced, np.int32), n, OneHotQ()), state
+    if not self.inner.on_device:
+      n_forced = np.minimum(inp.n_forced, inp.limit)
+      rest = dataclasses.replace(inp, limit=inp.limit - n_forced)
+      prop, state = self.inner.propose(params, state, rest)
+      drafts = np.array(inp.forced, np.int32, copy=True)  # [B, K]
+      n = n_forced + prop.n
+      for b in np.flatnonzero(prop.n):
+        f = int(n_forced[b])
+        drafts[b, f:f + int(prop.n[b])] = prop.drafts[b, :int(prop.n[b])]
+      return Proposal(drafts, n.astype(np.int32), prop.q), state
+    prop, state = self.inner.propose(params, state, inp)
+    use = inp.n_forced > 0  # [B]
+    drafts = jnp.where(use[:, None], inp.forced, prop.drafts)
+    n = jnp.where(use, jnp.minimum(inp.n_forced, inp.limit), prop.n)
+    return Proposal(drafts, n, one_hot_rows(prop.q, drafts, use)), state
+
+  def advance(self, params, state, committed):
+    return state if self.inner is None else self.inner.advance(params, state, committed)
+
+  def extend(self, params, state, rows, hidden, reset):
+    return state if self.inner is None else self.inner.extend(params, state, rows, hidden, reset)
+
+  def clear(self, state, rows):
+    return state if self.inner is None else self.inner.clear(state, rows)
+
+
+def build(opts) -> JumpForward:
+  """Jump-forward alone: only the tokens the grammar forces are drafted."""
+  return JumpForward(k=opts.k)
