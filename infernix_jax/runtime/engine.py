@@ -130,32 +130,38 @@ class Engine:
 
   def run(self) -> None:
     """Decodes until no request is waiting or running."""
+    while self.host.waiting or self.host.any_active():
+      self.step()
+
+  def step(self) -> None:
+    """Admits waiting requests, applies due thinking closes, then runs one round (`stages`)
+    or one compiled loop of up to `callback_rounds` rounds (`callback`); finished requests'
+    results become available through `result`."""
     host = self.host
-    while host.waiting or host.any_active():
-      self._admit()
-      self._forced_closes()
-      host.retire()
-      if not host.any_active():
-        continue
-      t0 = time.perf_counter()
-      args = self._round_args()
-      if self.bridge == "stages":
-        self._dev = _round.run_stages(host, self._dev, args, self._statics())
-        self.stats["rounds"] += 1
-      else:
-        rounds = collections.Counter()
+    self._admit()
+    self._forced_closes()
+    host.retire()
+    if not host.any_active():
+      return
+    t0 = time.perf_counter()
+    args = self._round_args()
+    if self.bridge == "stages":
+      self._dev = _round.run_stages(host, self._dev, args, self._statics())
+      self.stats["rounds"] += 1
+    else:
+      rounds = collections.Counter()
 
-        def stop_when():
-          rounds["n"] += 1
-          freed = bool(host.retire())
-          return ((freed and bool(host.waiting)) or not host.any_active()
-                  or self._penalties_active() or bool(host.closes_due()))
+      def stop_when():
+        rounds["n"] += 1
+        freed = bool(host.retire())
+        return ((freed and bool(host.waiting)) or not host.any_active()
+                or self._penalties_active() or bool(host.closes_due()))
 
-        self._dev = _round.run_callback(host, self._dev, args, self._statics(),
-                                        self.callback_rounds, stop_when)
-        self.stats["rounds"] += rounds["n"]
-      self.stats["round_seconds"] += time.perf_counter() - t0
-      host.retire()
+      self._dev = _round.run_callback(host, self._dev, args, self._statics(),
+                                      self.callback_rounds, stop_when)
+      self.stats["rounds"] += rounds["n"]
+    self.stats["round_seconds"] += time.perf_counter() - t0
+    host.retire()
 
   # --- lanes ---------------------------------------------------------------------------------
   def _statics(self) -> _round.RoundStatics:

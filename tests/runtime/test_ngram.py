@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infernix_jax.runtime._ngram import NGramIndex
+from infernix_jax.runtime.drafters.ngram import NGramIndex
 
 
 def brute_force(ctx, k, max_n, min_n):

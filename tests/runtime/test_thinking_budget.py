@@ -1,4 +1,4 @@
-"""Thinking budget end to end (issue 7): tiny random Qwen3 weights, the real Qwen3 vocabulary.
+"""Thinking budget end to end: tiny random Qwen3 weights, the real Qwen3 vocabulary.
 
 At the budget the engine appends the canonical close `\\n</think>\\n\\n` itself (forced-control
 preview -> append through the target -> session commit -> publish); the first token after it
@@ -16,7 +16,7 @@ from flax import nnx
 from infernix_jax import constrain as ic
 from infernix_jax import models as im
 from infernix_jax.constrain import framing as fr
-from infernix_jax.runtime import device_drafters as dd
+from infernix_jax.runtime import drafters
 from infernix_jax.runtime.drafters import JumpForward, NGramDrafter, NoDrafter
 from infernix_jax.runtime.engine import Engine
 from infernix_jax.runtime.types import GenerationRequest
@@ -51,9 +51,10 @@ def _drafter(name: str):
           "jump+ngram": lambda: JumpForward(k=K, inner=NGramDrafter(k=K, n=2)),
           # The target as its own draft model: every draft is accepted, so a window that
           # crosses the budget would overshoot it unless the extent is clipped.
-          "draft-self": lambda: dd.make("draft", k=K, draft_model=(cfg, model),
-                                        target=(cfg, model)),
-          "mtp+jump": lambda: JumpForward(k=K, inner=dd.make("mtp", k=K, target=(cfg, model))),
+          "draft-self": lambda: drafters.create("draft", k=K, draft_model=(cfg, model),
+                                                target=(cfg, model)),
+          "mtp+jump": lambda: drafters.create("mtp", k=K, target=(cfg, model),
+                                              jump_forward=True),
           }[name]()
 
 

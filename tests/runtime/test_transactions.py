@@ -6,7 +6,6 @@ import functools
 
 import jax.numpy as jnp
 import pytest
-from flax import nnx
 
 from infernix_jax import constrain as ic
 from infernix_jax.runtime import (Engine, FinishReason, GenerationRequest, JumpForward,
@@ -21,9 +20,7 @@ SPEC = ic.OutputConstraint.choice(["abc", "ab", "ba1", "cab", "x{y}"])
 
 @functools.lru_cache(maxsize=None)
 def engine() -> Engine:
-  cfg, base = h.tiny_model()
-  graphdef, state = nnx.split(base)
-  model = nnx.merge(graphdef, state)
+  cfg, model = h.tiny_model.__wrapped__()  # a fresh copy: the shared one stays clean
   model.embed[...] = model.embed[...].at[POISON].set(jnp.nan)
   return Engine(model, h.toy_vocab(), JumpForward(k=K, inner=NGramDrafter(k=K, n=2)),
                 lanes=LANES, capacity=32)
@@ -104,7 +101,7 @@ def test_cancel_before_start_and_streaming():
   assert [t for e in events for t in e.token_ids] == results[0].token_ids
   assert events[-1].finished and not any(e.finished for e in events[:-1])
   eng.run()  # the cancelled one is finished without running
-  assert eng._results.pop(reqs[1].request_id).finish_reason == FinishReason.CANCELLED
+  assert eng.result(reqs[1].request_id).finish_reason == FinishReason.CANCELLED
 
 
 def test_request_errors_before_queueing():
@@ -121,7 +118,7 @@ def test_request_errors_before_queueing():
   with pytest.raises(ic.ConstraintError):
     eng.submit(GenerationRequest([1, 2], max_tokens=4,
                                  constraint=ic.OutputConstraint.regex("(")))
-  assert not eng._waiting
+  assert not eng.host.waiting
 
 
 def test_eos_length_and_stop_strings():
