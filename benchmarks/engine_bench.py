@@ -41,8 +41,7 @@ def main() -> int:
 
   from infernix_jax import constrain as ic
   from infernix_jax import models as im
-  from infernix_jax.runtime import Engine, GenerationRequest
-  from infernix_jax.runtime._build import make_drafter
+  from infernix_jax.runtime import Engine, GenerationRequest, drafters
 
   t0 = time.perf_counter()
   cfg, model, source = im.load_default()
@@ -54,20 +53,18 @@ def main() -> int:
              for p, _ in items]
   specs = [ic.OutputConstraint.json_schema(s) for _, s in items]
   k = args.k
-  configs = [  # (label, drafter name, jump-forward, bridge, masked q)
-      ("none", "none", False, "stages", True),
-      ("jump", "jump", False, "stages", True),
-      ("ngram", "ngram", False, "stages", True),
-      ("ngram+jump", "ngram", True, "stages", True),
-      ("ngram+jump/callback", "ngram", True, "callback", True),
-      ("none/callback", "none", False, "callback", True),
-      ("mtp", "mtp", False, "stages", True),
-      ("mtp+jump", "mtp", True, "stages", True),
-      ("dflash", "dflash", False, "stages", True),
-      ("dflash2 masked-q", "dflash2", False, "stages", True),
-      ("dflash2 plain-q", "dflash2", False, "stages", False),
-      ("draft(self)", "draft", False, "stages", True),
-  ]
+  # (label, drafter name, jump-forward, bridge, masked q): every registered drafter alone and
+  # behind jump-forward, both masked-q settings for sampling ones, and the callback bridge.
+  configs = []
+  for name in drafters.names():
+    entry = drafters.entry(name)
+    for jump in ((False, True) if entry.drafts and name != "jump" else (False,)):
+      label = f"{name}+jump" if jump else name
+      configs.append((label, name, jump, "stages", True))
+      if name == "dflash2":
+        configs.append((label + " plain-q", name, jump, "stages", False))
+  configs += [("none/callback", "none", False, "callback", True),
+              ("ngram+jump/callback", "ngram", True, "callback", True)]
   if args.quick:
     configs = configs[:5]
   if args.configs:
@@ -75,13 +72,14 @@ def main() -> int:
     configs = [c for c in configs if c[0] in wanted]
   rows = []
   for label, name, jump, bridge, masked_q in configs:
-    drafter = make_drafter(name, k=k, jump_forward=jump, target=(cfg, model),
-                           draft_model=(cfg, model), draft_sampling=False)
+    drafter = drafters.create(name, k=k, jump_forward=jump, target=(cfg, model),
+                              draft_model=(cfg, model))  # "draft": the target drafts itself
     eng = Engine(model, vocab, drafter, lanes=len(prompts), capacity=512, bridge=bridge,
                  masked_q=masked_q, cfg=cfg)
     eng.generate([GenerationRequest(p, max_tokens=2) for p in prompts])  # compile
     for constrained in (False, True):
       eng.stats.clear()
+      eng.host.stats.clear()
       reqs = [GenerationRequest(p, max_tokens=args.max_tokens,
                                 constraint=s if constrained else None)
               for p, s in zip(prompts, specs)]
@@ -90,17 +88,17 @@ def main() -> int:
       wall = time.perf_counter() - t
       tokens = sum(len(r.token_ids) for r in res)
       rounds = eng.stats["rounds"]
-      host = eng.stats["mask_seconds"] + (eng.stats["callback_seconds"] if bridge == "callback"
-                                          else 0.0)
+      hs = eng.host.stats
+      host = hs["begin_seconds"] + hs["mask_seconds"] + hs["commit_seconds"]
       row = {
           "config": label, "constrained": constrained, "bridge": bridge,
           "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
           "accepted_length": sum(r.accepted + len(r.rounds) for r in res) /
                              max(sum(len(r.rounds) for r in res), 1),
           "rounds": rounds, "round_ms": 1e3 * eng.stats["round_seconds"] / max(rounds, 1),
-          "host_mask_fraction": eng.stats["mask_seconds"] / max(eng.stats["round_seconds"], 1e-9),
+          "host_mask_fraction": hs["mask_seconds"] / max(eng.stats["round_seconds"], 1e-9),
           "host_fraction": host / max(eng.stats["round_seconds"], 1e-9),
-          "draft_wait_fraction": eng.stats["draft_wait_seconds"] /
+          "draft_wait_fraction": hs["draft_wait_seconds"] /
                                  max(eng.stats["round_seconds"], 1e-9),
           "jump_forward_tokens": sum(r.constraint.jump_forward_tokens for r in res
                                      if r.constraint),

@@ -1,4 +1,4 @@
-"""The one place that turns a request into its OutputSession (content constraint, tools)."""
+"""The one place that turns a request into its constraint session (content constraint, tools)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ from infernix_jax.runtime.types import ConstraintReport, GenerationRequest
 
 def constraint_kind(spec: Any) -> str:
   """A short name for an OutputConstraint (grammar / json_schema / ...)."""
-  kind = getattr(spec, "kind", None)
-  if kind is None:
-    return type(spec).__name__
-  return getattr(kind, "value", None) or getattr(kind, "name", None) or str(kind)
+  return str(getattr(spec.kind, "value", spec.kind))
 
 
 def check_request(request: GenerationRequest) -> None:
@@ -41,10 +38,11 @@ def check_request(request: GenerationRequest) -> None:
 
 
 def build_session(request: GenerationRequest, compiler: Any):
-  """Compiles the request's constraint (cache) and opens its OutputSession.
+  """Compiles the request's constraint (cache) and opens its constraint session.
 
   Args:
     request: the request; `constraint` None and `tools` None means unconstrained.
+      `request.backend` (when set) overrides the constraint's own backend choice.
     compiler: an `infernix_jax.constrain.ConstraintCompiler` for the engine's vocabulary.
 
   Returns:
@@ -58,22 +56,22 @@ def build_session(request: GenerationRequest, compiler: Any):
     return framed
   if request.constraint is None:
     return None, None
-  t0 = time.perf_counter()
-  compiled = compiler.compile(request.constraint)
-  seconds = time.perf_counter() - t0
+  compiled = (compiler.compile(request.constraint, backend=request.backend) if request.backend
+              else compiler.compile(request.constraint))
   session = compiled.new_session()
   report = ConstraintReport(kind=constraint_kind(request.constraint))
-  report.cache = _cache_status(compiled, compiler)
-  report.compile_seconds = float(getattr(compiled, "compile_seconds", None) or seconds)
+  report.cache = compiled.cache_status
+  report.compile_seconds = float(compiled.compile_seconds)
   return session, report
 
 
 def _framed_session(request: GenerationRequest, compiler: Any):
-  """Tools, or a content constraint after a thinking prompt: one framed grammar (issue 7).
+  """Tools, or a content constraint after a thinking prompt: one framed grammar.
 
   Returns None when the plain content path applies; else (FramedSession or None, report).
   """
   from infernix_jax.constrain import framing
+  from infernix_jax.constrain.errors import UnsupportedConstraintError
 
   t0 = time.perf_counter()
   prepared = framing.prepare_for_request(compiler.vocab, request.prompt_ids, tools=request.tools,
@@ -81,6 +79,9 @@ def _framed_session(request: GenerationRequest, compiler: Any):
                                          constraint=request.constraint)
   if prepared is None:
     return None
+  if request.backend not in (None, "auto", "xgrammar"):
+    raise UnsupportedConstraintError(request.backend, "tool-call and thinking framing",
+                                     "framed grammars compile with xgrammar")
   session = prepared.new_session()
   if session is None:  # tools on the free route (Automatic policy): decode only
     return None, None
@@ -89,13 +90,3 @@ def _framed_session(request: GenerationRequest, compiler: Any):
   report.cache = prepared.compiled.cache_status
   report.compile_seconds = time.perf_counter() - t0
   return session, report
-
-
-def _cache_status(compiled: Any, compiler: Any) -> str:
-  """hit / built / waited, from whatever the compiler records."""
-  for name in ("cache_status", "cache_result", "status"):
-    value = getattr(compiled, name, None)
-    if value is not None:
-      return str(getattr(value, "value", value))
-  last = getattr(compiler, "last_status", None)
-  return str(getattr(last, "value", last)) if last is not None else "unknown"

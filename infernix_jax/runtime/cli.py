@@ -36,7 +36,8 @@ flags.DEFINE_boolean("chat", True, "Render the prompt as a user turn with the mo
 flags.DEFINE_string("system", None, "Optional system message (with --chat).")
 flags.DEFINE_string("model", None, "A local HF directory or GGUF file (default: the embedded "
                     "SmolLM2-135M-Instruct).")
-flags.DEFINE_string("drafter", "ngram", "none | ngram | jump | draft | mtp | dflash | dflash2.")
+flags.DEFINE_string("drafter", "ngram", "Drafter by registered name (see --drafter=help): "
+                    "none, ngram, jump, draft, mtp, dflash, dflash2, ...")
 flags.DEFINE_integer("k", 4, "Draft length K (drafts per round).")
 flags.DEFINE_integer("ngram-n", 3, "Longest n-gram of the n-gram drafter.")
 flags.DEFINE_boolean("jump-forward", None, "Add grammar jump-forward drafts (default: on when "
@@ -60,11 +61,14 @@ flags.DEFINE_string("regex", None, "Constrain the output to match this regex (wh
 flags.DEFINE_multi_string("choice", None, "Constrain the output to one of these strings "
                           "(repeat the flag).")
 flags.DEFINE_string("tools-file", None, "OpenAI-style function definitions (JSON list) the "
-                    "model may call; calls are framed and constrained (issue 7).")
+                    "model may call; calls are framed and constrained.")
 flags.DEFINE_string("tool-choice", "auto", "With --tools-file: auto | none | required | NAME.")
 flags.DEFINE_boolean("unconstrained", False, "Run the built-in prompt without a constraint.")
 flags.DEFINE_multi_string("stop", None, "Extra stop strings (unconstrained output only).")
 flags.DEFINE_string("bridge", "stages", "Host bridge: stages | callback.")
+flags.DEFINE_string("backend", "auto", "Constraint backend by registered name: auto (choice "
+                    "sets above the trie threshold -> trie, else xgrammar), xgrammar, trie, "
+                    "llguidance, ...")
 flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
@@ -106,17 +110,17 @@ def _validate() -> None:
   if f.stop and (_constraint_flags_given() or (f.prompt is None and not f.unconstrained)):
     raise UsageError("--stop cannot be combined with an output constraint: constrained output "
                      "ends when the grammar accepts EOS")
-  if f.drafter not in _build_drafters():
-    raise UsageError(f"--drafter={f.drafter!r} must be one of {', '.join(_build_drafters())}")
+  from infernix_jax.runtime import drafters
+  if f.drafter not in drafters.names():
+    raise UsageError(f"--drafter={f.drafter!r} must be one of {', '.join(drafters.names())}")
+  from infernix_jax.constrain import backends
+  if f.backend != "auto" and f.backend not in backends.names():
+    raise UsageError(f"--backend={f.backend!r} must be auto or one of "
+                     f"{', '.join(backends.names())}")
   if f["draft-model"].value and f.drafter != "draft":
     raise UsageError("--draft-model needs --drafter=draft")
   if f.drafter == "draft" and not f["draft-model"].value:
     raise UsageError("--drafter=draft needs --draft-model=PATH (an HF directory or GGUF file)")
-
-
-def _build_drafters():
-  from infernix_jax.runtime._build import DRAFTERS
-  return DRAFTERS
 
 
 def _load(path):
@@ -146,7 +150,7 @@ def _vocabulary(source):
 def generate() -> dict:
   """Runs one generation from the flags; returns the result dict (also printed)."""
   from infernix_jax import models as im
-  from infernix_jax.runtime import _build
+  from infernix_jax.runtime import _build, drafters
   from infernix_jax.runtime.engine import Engine
   from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
 
@@ -172,10 +176,9 @@ def generate() -> dict:
   tok = im.load_tokenizer(source)
   vocab = _vocabulary(source)
   draft = _load(f["draft-model"].value) if f["draft-model"].value else None
-  drafter = _build.make_drafter(f.drafter, k=f.k, ngram_n=f["ngram-n"].value,
-                                jump_forward=jump, target=(cfg, model),
-                                draft_model=draft[:2] if draft else None,
-                                draft_sampling=f.temperature > 0, seed=f.seed)
+  drafter = drafters.create(f.drafter, k=f.k, ngram_n=f["ngram-n"].value, jump_forward=jump,
+                            target=(cfg, model), draft_model=draft[:2] if draft else None,
+                            draft_sampling=f.temperature > 0, seed=f.seed)
   prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
   tools = _tools()
   if f.chat:
@@ -200,7 +203,8 @@ def generate() -> dict:
                               sampling=sampling, constraint=constraint,
                               tools=tools, tool_choice=f["tool-choice"].value if tools else None,
                               stop=tuple(f.stop or ()), on_token=stream,
-                              thinking_budget=f["thinking-budget"].value)
+                              thinking_budget=f["thinking-budget"].value,
+                              backend=None if f.backend == "auto" else f.backend)
   result = engine.generate([request])[0]
   if f.stream:
     sys.stdout.write("\n")
@@ -210,6 +214,7 @@ def generate() -> dict:
   out["drafter"] = drafter.name
   out["k"] = drafter.k
   out["bridge"] = f.bridge
+  out["backend"] = f.backend
   out["load_seconds"] = load_s
   if tools is not None:
     out["tool_calls"] = _tool_calls(vocab, ids, tools, constraint, result)

@@ -63,23 +63,26 @@ class TokenEvent:
 class GenerationRequest:
   """One generation request.
 
-  The output constraint lives here (`constraint`, an `OutputConstraint`), next to room for
-  the tool-call path (`tools`, `tool_choice`, filled by the framing layer); the engine builds
-  every OutputSession from a request in one place (`runtime/_session.py`).
+  The output constraint lives here (`constraint`, an `OutputConstraint`), next to the
+  tool-call path (`tools`, `tool_choice`, framed by `constrain.framing`); the engine opens
+  every constraint session from a request in one place (`runtime/_session.py`).
   """
 
   prompt_ids: Sequence[int]
   max_tokens: int = 256
   sampling: SamplingOptions = SamplingOptions()
   constraint: Any = None  # infernix_jax.constrain.OutputConstraint or None
-  tools: Any = None  # tool definitions (issue 7); None = no tools
-  tool_choice: Any = None  # tool policy (issue 7)
+  tools: Any = None  # tool definitions (constrain.framing.parse_tools); None = no tools
+  tool_choice: Any = None  # tool policy: auto | none | required | a tool name
   stop: tuple[str, ...] = ()  # extra stop strings; rejected together with a constraint
   request_id: str = ""
   on_token: Callable[[TokenEvent], None] | None = None  # streaming callback
   # Reasoning tokens allowed before the engine appends the canonical close (`\n</think>\n\n`)
   # itself; None = unlimited. Counts the output tokens generated while reasoning.
   thinking_budget: int | None = None
+  # Constraint backend by registered name (overrides the constraint's own `backend`);
+  # None = the constraint's choice ("auto" by default).
+  backend: str | None = None
 
   def __post_init__(self):
     if not self.request_id:
