@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema, _schema_suite, _xgr
-from infernix_jax.constrain._schema_oracle import SearchBudgetExceeded, Walker
+from infernix_jax.constrain import _schema, _xgr
+from infernix_jax.testing import schema_suite
+from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
 BENCH = Path(__file__).resolve().parents[2] / "../shared/data/jsonschemabench"
 SUBSETS = ("Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K")
@@ -58,8 +59,8 @@ def test_bench_sample(subset, byte_vocab):
         agree += 1
         continue
       if case["valid"]:
-        assert _schema_suite.narrowing_reason(case["data"], check.schema_json), (path.name, case)
+        assert schema_suite.narrowing_reason(case["data"], check.schema_json), (path.name, case)
       else:
-        assert _schema_suite.known_gap(case["data"], check.schema_json), (path.name, case)
+        assert schema_suite.known_gap(case["data"], check.schema_json), (path.name, case)
   assert supported >= PER_SUBSET // 3
   assert agree >= 0.9 * instances

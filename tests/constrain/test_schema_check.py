@@ -10,7 +10,7 @@ import pytest
 
 from infernix_jax import constrain as ic
 from infernix_jax.constrain import _schema, _xgr
-from infernix_jax.constrain._schema_oracle import Walker
+from infernix_jax.testing.schema_oracle import Walker
 from infernix_jax.constrain.errors import RegexError, SchemaError, UnsupportedSchemaError
 
 EOS = 256

@@ -16,9 +16,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import _regex, _schema, _xgr
-from ._schema_oracle import SearchBudgetExceeded, Walker
-from .errors import ConstraintError
+from infernix_jax.constrain import _regex, _schema, _xgr
+from infernix_jax.constrain.errors import ConstraintError
+from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
 DRAFT7_URI = "http://json-schema.org/draft-07/schema#"
 # Files whose "invalid" cases assert annotation-only keywords (content*), by the suite's design.
@@ -154,7 +154,7 @@ def run_file(path: Path, vocab: Any, eos_id: int, *, draft7: bool = False,
 
 
 def _constraint(source: str) -> Any:
-  from .spec import OutputConstraint
+  from infernix_jax.constrain.spec import OutputConstraint
 
   return OutputConstraint.json_schema(source)
 
