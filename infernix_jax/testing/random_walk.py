@@ -1,28 +1,12 @@
-"""Command-line demo of the constraint layer: compile, walk a constrained random sample, report.
-
-  python -m infernix_jax.constrain.demo --vocab qwen3 --json-schema FILE
-  python -m infernix_jax.constrain.demo --vocab smollm2 --regex '[a-z]+@[a-z]+\\.com'
-
-Compiles the constraint against a real vocabulary, walks a random sample token by token
-(each step samples a legal token from the session's mask, with jump-forward over forced
-tokens), then prints mask statistics and the sample. `random_walk` is reused by the tests
-and the benchmark.
-"""
+"""Constrained random walks over a session's mask, biased to finish (tests and benchmarks)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.constrain.compiler import ConstraintCompiler
-from infernix_jax.constrain.errors import ConstraintError
-from infernix_jax.constrain.spec import OutputConstraint
 from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
 
 QWEN3_DIR = Path(__file__).resolve().parents[2] / "../shared/data/tokenizers/qwen3"
@@ -51,7 +35,7 @@ def _closers(vocab: Vocabulary) -> np.ndarray:
       out[i] = vocab.token_class[i] == 0 and any(c in b for c in _CLOSERS)
     return out
 
-  return vocab.lazy("constrain.demo.closers", build)
+  return vocab.lazy("testing.random_walk.closers", build)
 
 
 def random_walk(session, rng: np.random.Generator, *, max_tokens: int = 400,
@@ -102,70 +86,3 @@ def random_walk(session, rng: np.random.Generator, *, max_tokens: int = 400,
     session.accept([t])
     ids.append(t)
   return ids, bool(session.terminated)
-
-
-def main(argv: list[str] | None = None) -> int:
-  """CLI entry point."""
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--vocab", default="qwen3", help="qwen3 | smollm2 | path to tokenizer.json/.gguf")
-  kind = p.add_mutually_exclusive_group()
-  kind.add_argument("--json-schema", metavar="FILE", help="JSON Schema file")
-  kind.add_argument("--json-object", action="store_true", help="any JSON object")
-  kind.add_argument("--grammar", metavar="FILE", help="GBNF file (entry rule root)")
-  kind.add_argument("--regex", help="whole-content regex")
-  kind.add_argument("--choice", nargs="+", help="a finite set of strings")
-  p.add_argument("--lenient", action="store_true", help="drop unsupported schema keywords")
-  p.add_argument("--samples", type=int, default=1)
-  p.add_argument("--max-tokens", type=int, default=300)
-  p.add_argument("--seed", type=int, default=0)
-  args = p.parse_args(argv)
-
-  t0 = time.perf_counter()
-  vocab = load_vocab(args.vocab)
-  t_vocab = time.perf_counter() - t0
-  if args.json_schema:
-    spec = OutputConstraint.json_schema(Path(args.json_schema).read_text(), lenient=args.lenient)
-  elif args.grammar:
-    spec = OutputConstraint.grammar(Path(args.grammar).read_text())
-  elif args.regex is not None:
-    spec = OutputConstraint.regex(args.regex)
-  elif args.choice:
-    spec = OutputConstraint.choice(args.choice)
-  else:
-    spec = OutputConstraint.json_object()
-  compiler = ConstraintCompiler(vocab)
-  try:
-    compiled = compiler.compile(spec)
-  except ConstraintError as e:
-    print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-    return 2
-  again = compiler.compile(spec)
-  print(f"vocabulary: {vocab!r} (loaded in {t_vocab:.2f} s)")
-  print(f"constraint: {spec.kind.value}; compile {compiled.cache_status} in "
-        f"{compiled.compile_seconds * 1e3:.1f} ms, then {again.cache_status} in "
-        f"{again.compile_seconds * 1e6:.1f} us; grammar {compiled.nbytes / 1024:.0f} KiB")
-  for ptr, kw in compiled.dropped:
-    print(f"  lenient: dropped {kw!r} at {ptr or '/'} (not enforced)")
-  rng = np.random.default_rng(args.seed)
-  for i in range(args.samples):
-    stats: dict = {}
-    session = compiled.new_session()
-    t1 = time.perf_counter()
-    ids, terminated = random_walk(session, rng, max_tokens=args.max_tokens, stats=stats)
-    dt = time.perf_counter() - t1
-    steps = max(stats.get("steps", 0), 1)
-    text = vocab.decode([t for t in ids if t not in vocab.eos_ids])
-    print(f"sample {i}: {len(ids)} tokens, {'terminated (EOS)' if terminated else 'cut at limit'}"
-          f", {dt / max(len(ids), 1) * 1e3:.2f} ms/token; masks: {stats.get('steps', 0)} sampled "
-          f"steps, mean legal set {stats.get('allowed', 0) / steps:.0f} of {vocab.size} ids, "
-          f"W={vocab.mask_words} words")
-    print(text.decode("utf-8", errors="backslashreplace"))
-    if args.json_schema or args.json_object:
-      if terminated:
-        json.loads(text)  # a terminated walk is JSON by construction; fail loudly if not
-        print("(valid JSON)")
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())
