@@ -19,7 +19,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema, _xgr
+from infernix_jax.constrain import _xgr
+from infernix_jax.constrain.schema import check_json_schema
 from infernix_jax.testing import schema_suite
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
@@ -56,7 +57,7 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
     except Exception:  # noqa: BLE001  (peer measurement: any failure counts as not compiled)
       pass
     try:
-      lenient = _schema.check_json_schema(text, lenient=True)
+      lenient = check_json_schema(text, lenient=True)
       _xgr.compile_json_schema(vocab, lenient.schema_json, max_whitespace=32)
       r["lenient_ok"] += 1
       for _, kw in lenient.dropped:
@@ -64,7 +65,7 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
     except ic.ConstraintError:
       pass
     try:
-      check = _schema.check_json_schema(text)
+      check = check_json_schema(text)
     except ic.ConstraintError as e:
       r["rejected"] += 1
       keywords[keyword_of(e)] += 1

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema, _xgr
+from infernix_jax.constrain import _xgr
+from infernix_jax.constrain.schema import check_json_schema
 from infernix_jax.testing import schema_suite
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
@@ -39,7 +40,7 @@ def test_bench_sample(subset, byte_vocab):
   for path in sample(subset):
     text = path.read_text(encoding="utf-8")
     try:
-      check = _schema.check_json_schema(text)
+      check = check_json_schema(text)
     except ic.ConstraintError as e:
       assert e.location is not None or "unsatisfiable" in str(e), (path.name, str(e))
       continue

@@ -1,6 +1,6 @@
 """Exact intersection (allOf, 2020-12 ``$ref`` siblings) and oneOf exclusivity over normalized schemas.
 
-See ``_schema_values`` for the normalized form (NF). Every operation here is exact: when an
+See ``values`` for the normalized form (NF). Every operation here is exact: when an
 intersection cannot be written in the NF (two different patterns, a property forbidden while
 others stay open), it raises UnsupportedSchemaError instead of relaxing.
 """
@@ -11,9 +11,9 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from . import _schema_regex
-from . import _schema_values as sv
-from .errors import UnsupportedSchemaError
+from infernix_jax.constrain.errors import UnsupportedSchemaError
+from infernix_jax.constrain.schema import strings as _schema_regex
+from infernix_jax.constrain.schema import values as sv
 
 MAX_MERGES = 16384  # intersection merges per schema (reference 000's composition limit)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -4,7 +4,7 @@ xgrammar 0.2.8's ``compile_json_schema`` silently ignores or weakens several key
 (``allOf``, siblings of ``anyOf``/``$ref``, ``minLength`` next to ``pattern``, ``required``
 names missing from ``properties``, typeless assertions, ``type`` next to ``enum``; pattern
 and length strings admit raw control characters; a pattern is a whole-string match). We
-therefore normalize the schema ourselves (see ``_schema_values`` for the normal form), reject
+therefore normalize the schema ourselves (see ``values`` for the normal form), reject
 what cannot be expressed exactly (with the keyword's JSON Pointer), and hand xgrammar a schema
 that only uses forms it enforces exactly. Annotations are stripped; property order is kept.
 """
@@ -19,10 +19,11 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote
 
-from . import _regex, _schema_regex
-from . import _schema_merge as sm
-from . import _schema_values as sv
-from .errors import RegexError, SchemaError, UnsupportedSchemaError
+from infernix_jax.constrain import _regex
+from infernix_jax.constrain.errors import RegexError, SchemaError, UnsupportedSchemaError
+from infernix_jax.constrain.schema import combinators as sm
+from infernix_jax.constrain.schema import strings as _schema_regex
+from infernix_jax.constrain.schema import values as sv
 
 JSON_OBJECT_SCHEMA = '{"type":"object","additionalProperties":true}'
 

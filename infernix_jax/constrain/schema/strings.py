@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ._regex import (ANY, JSON_SAFE, MAX_REPEAT, _EPS, Alt, Cls, Node, Rep, Seq, _branches_node,
-                     _emit, _simplify, complement, intersect, normalize, parse)
+from infernix_jax.constrain._regex import (ANY, JSON_SAFE, MAX_REPEAT, _EPS, Alt, Cls, Node, Rep,
+                                           Seq, _branches_node, _emit, _simplify, complement,
+                                           intersect, normalize, parse)
 
 
 class LengthUnsupported(Exception):
