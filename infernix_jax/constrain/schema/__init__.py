@@ -2,7 +2,7 @@
 
 from infernix_jax.constrain.schema.check import (JSON_OBJECT_SCHEMA, SchemaCheck, check_json_schema,
                                                  parse_schema_text)
-from infernix_jax.constrain.schema.check import _python_pattern as python_pattern
+from infernix_jax.constrain.schema.strings import python_pattern
 from infernix_jax.constrain.schema.values import json_type
 
 __all__ = ["JSON_OBJECT_SCHEMA", "SchemaCheck", "check_json_schema", "json_type",
