@@ -20,9 +20,6 @@ from infernix_jax.constrain.schema.strings import StringKeywords, python_pattern
 
 JSON_OBJECT_SCHEMA = '{"type":"object","additionalProperties":true}'
 
-_ANNOTATIONS = frozenset((
-    "title", "description", "default", "examples", "$comment", "$schema", "deprecated",
-    "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$vocabulary"))
 # Assertion keywords (any draft) outside the supported subset: rejected, or dropped if lenient.
 _UNSUPPORTED = frozenset((
     "not", "if", "then", "else", "uniqueItems", "contains", "minContains", "maxContains",
