@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from infernix_jax import constrain as ic  # noqa: E402
 from infernix_jax.constrain import _xgr  # noqa: E402
-from infernix_jax.constrain.demo import load_vocab, random_walk  # noqa: E402
+from infernix_jax.testing.random_walk import load_vocab, random_walk  # noqa: E402
 
 BENCH = ROOT / "../shared/data/jsonschemabench/data"
 SUBSETS = ["Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K"]

@@ -19,8 +19,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema, _schema_suite, _xgr
-from infernix_jax.constrain._schema_oracle import SearchBudgetExceeded, Walker
+from infernix_jax.constrain import _xgr
+from infernix_jax.constrain.schema import check_json_schema
+from infernix_jax.testing import schema_suite
+from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
 DATA = Path(__file__).resolve().parents[1] / "../shared/data"
 SUBSETS = ("Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K")
@@ -55,7 +57,7 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
     except Exception:  # noqa: BLE001  (peer measurement: any failure counts as not compiled)
       pass
     try:
-      lenient = _schema.check_json_schema(text, lenient=True)
+      lenient = check_json_schema(text, lenient=True)
       _xgr.compile_json_schema(vocab, lenient.schema_json, max_whitespace=32)
       r["lenient_ok"] += 1
       for _, kw in lenient.dropped:
@@ -63,7 +65,7 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
     except ic.ConstraintError:
       pass
     try:
-      check = _schema.check_json_schema(text)
+      check = check_json_schema(text)
     except ic.ConstraintError as e:
       r["rejected"] += 1
       keywords[keyword_of(e)] += 1
@@ -93,9 +95,9 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
       r["instances"] += 1
       if ok == valid:
         r["instances_agree"] += 1
-      elif valid and _schema_suite.narrowing_reason(value, check.schema_json):
+      elif valid and schema_suite.narrowing_reason(value, check.schema_json):
         r["valid_narrowed"] += 1
-      elif not valid and _schema_suite.known_gap(value, check.schema_json):
+      elif not valid and schema_suite.known_gap(value, check.schema_json):
         r["invalid_known_gap"] += 1
       elif valid:
         r["valid_rejected_unexplained"] += 1
@@ -114,9 +116,9 @@ def suite_table(vocab) -> list[str]:
            "narrowed (valid, unspellable) | known xgrammar gap | failures |",
            "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
   for draft in ("draft2020-12", "draft7"):
-    total = _schema_suite.SuiteCounts()
-    for path in _schema_suite.suite_files(root, draft):
-      total.add(_schema_suite.run_file(path, vocab, EOS, draft7=draft == "draft7",
+    total = schema_suite.SuiteCounts()
+    for path in schema_suite.suite_files(root, draft):
+      total.add(schema_suite.run_file(path, vocab, EOS, draft7=draft == "draft7",
                                        compiler=compiler))
     rej = ", ".join(f"{k}: {v}" for k, v in sorted(total.rejected.items()))
     lines.append(f"| {draft} | {total.groups} | {total.supported} | {rej} | {total.cases} | "

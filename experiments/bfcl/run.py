@@ -7,7 +7,7 @@ parameter is the untyped ``any``), the output starts in the thinking phase and t
 stands in for the target; each drafter's rounds go through lookahead / preview / commit.
 Every completed strict call must validate against its schema (jsonschema).
 
-  .venv/bin/python experiments/bfcl/run.py [--limit N] [--subsets simple_python,multiple]
+  .venv/bin/python -m experiments.bfcl.run [--limit N] [--subsets simple_python,multiple]
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from infernix_jax.constrain import ConstraintError, Vocabulary
+from infernix_jax.constrain import framing as fr
+from infernix_jax.testing.framed_walk import LegalWalker, speculative_walk
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from infernix_jax.constrain import ConstraintError, Vocabulary  # noqa: E402
-from infernix_jax.constrain import framing as fr  # noqa: E402
-from infernix_jax.constrain.framing.walk import LegalWalker, speculative_walk  # noqa: E402
-
 DATA = ROOT / "../shared/data"
 SUBSETS = ("simple_python", "multiple", "parallel")
 

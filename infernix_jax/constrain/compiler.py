@@ -310,7 +310,7 @@ class ConstraintCompiler:
       text = _regex.check_regex(c.source)
       grammar = _guard(errors.RegexError, lambda: _xgr.compile_regex(self.vocab, text))
     else:
-      from infernix_jax.constrain import _schema
+      from infernix_jax.constrain import schema as _schema
 
       if kind == ConstraintKind.JSON_OBJECT:
         text = _schema.JSON_OBJECT_SCHEMA

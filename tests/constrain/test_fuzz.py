@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _choice, _gbnf, _regex, _schema, _schema_regex, _xgr
+from infernix_jax.constrain import _choice, _gbnf, _regex, _xgr
+from infernix_jax.constrain.schema import check_json_schema
+from infernix_jax.constrain.schema.strings import schema_pattern
 
 GBNF_DIR = Path(__file__).resolve().parents[2] / "../shared/data/gbnf"
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
@@ -40,7 +42,7 @@ REGEXY = st.lists(REGEX_ATOMS, max_size=14).map("".join)
 def test_regex_checker_never_crashes(pattern):
   out = only_constraint_errors(_regex.check_regex, pattern)
   assert out is None or isinstance(out, str)
-  only_constraint_errors(_schema_regex.schema_pattern, pattern)
+  only_constraint_errors(schema_pattern, pattern)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -130,7 +132,7 @@ SCHEMAS = st.recursive(
 @FUZZ
 @given(st.one_of(st.text(max_size=40), JSON_VALUES.map(json.dumps)))
 def test_schema_checker_on_random_text(text):
-  only_constraint_errors(_schema.check_json_schema, text)
+  only_constraint_errors(check_json_schema, text)
 
 
 @settings(max_examples=250, deadline=None, derandomize=True,
@@ -138,6 +140,6 @@ def test_schema_checker_on_random_text(text):
 @given(SCHEMAS, st.booleans())
 def test_schema_like_dicts_check_and_compile(byte_vocab, schema, lenient):
   """Schema-like input: ConstraintError or a schema that xgrammar compiles as given."""
-  check = only_constraint_errors(_schema.check_json_schema, json.dumps(schema), lenient=lenient)
+  check = only_constraint_errors(check_json_schema, json.dumps(schema), lenient=lenient)
   if check is not None:
     _xgr.compile_json_schema(byte_vocab, check.schema_json, max_whitespace=32)

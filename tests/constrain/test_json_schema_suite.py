@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema_suite
+from infernix_jax.testing import schema_suite
 
 SUITE = Path(__file__).resolve().parents[2] / "../shared/data/json-schema-test-suite"
 EOS = 256
@@ -28,9 +28,9 @@ def compiler(byte_vocab):
 def test_suite(draft, byte_vocab, compiler):
   if not (SUITE / "tests" / draft).exists():
     pytest.skip("shared data (json-schema-test-suite) not present")
-  total = _schema_suite.SuiteCounts()
-  for path in _schema_suite.suite_files(SUITE, draft):
-    total.add(_schema_suite.run_file(path, byte_vocab, EOS, draft7=draft == "draft7",
+  total = schema_suite.SuiteCounts()
+  for path in schema_suite.suite_files(SUITE, draft):
+    total.add(schema_suite.run_file(path, byte_vocab, EOS, draft7=draft == "draft7",
                                      compiler=compiler))
   print(f"{draft}: {total}")
   assert not total.failures, total.failures[:10]

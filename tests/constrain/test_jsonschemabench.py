@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain.demo import random_walk
+from infernix_jax.testing.random_walk import random_walk
 from tests.constrain.conftest import SHARED_DATA
 
 jsonschema = pytest.importorskip("jsonschema")

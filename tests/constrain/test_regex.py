@@ -10,7 +10,9 @@ import re
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _regex, _schema, _schema_regex, _xgr
+from infernix_jax.constrain import _regex, _xgr
+from infernix_jax.constrain.schema import check_json_schema
+from infernix_jax.constrain.schema.strings import schema_pattern
 from infernix_jax.constrain.errors import RegexError
 
 EOS = 256
@@ -119,14 +121,14 @@ def test_ecmascript_classes(byte_compiler, pattern, yes, no):
 
 
 def test_schema_pattern_is_search_and_json_safe():
-  xgr_pattern, py = _schema_regex.schema_pattern("ab")
+  xgr_pattern, py = schema_pattern("ab")
   rx = re.compile(py, re.S)
   assert rx.fullmatch("xxabyy") and rx.fullmatch("ab") and not rx.fullmatch("a b")
   assert not rx.fullmatch('a"ab')  # characters JSON must escape are never generated raw
-  _, py = _schema_regex.schema_pattern("^ab$|c")
+  _, py = schema_pattern("^ab$|c")
   rx = re.compile(py, re.S)
   assert rx.fullmatch("ab") and not rx.fullmatch("abx") and rx.fullmatch("xcx")
-  assert _schema_regex.schema_pattern('^"$') is None  # only a raw quote would match
+  assert schema_pattern('^"$') is None  # only a raw quote would match
   assert "\\u{22}" not in xgr_pattern and "\\u{5C}" not in xgr_pattern
 
 
@@ -163,7 +165,7 @@ def test_json_string_pattern_path_matches_python_re():
   texts = ["".join(t) for n in range(5) for t in itertools.product("xb:", repeat=n)]
   texts += ["chrome:latest:", "chrome:latest", "a:b:c"]
   for pattern in patterns:
-    schema = _schema.check_json_schema(json.dumps({"type": "string", "pattern": pattern}))
+    schema = check_json_schema(json.dumps({"type": "string", "pattern": pattern}))
     oracle = re.compile(pattern.replace(".", "[^\\n\\r\\u2028\\u2029]"))
     for s in texts:
       got = _json_pattern_accepts(vocab, schema.schema_json, s)

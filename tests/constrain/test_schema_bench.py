@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema, _schema_suite, _xgr
-from infernix_jax.constrain._schema_oracle import SearchBudgetExceeded, Walker
+from infernix_jax.constrain import _xgr
+from infernix_jax.constrain.schema import check_json_schema
+from infernix_jax.testing import schema_suite
+from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
 BENCH = Path(__file__).resolve().parents[2] / "../shared/data/jsonschemabench"
 SUBSETS = ("Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K")
@@ -38,7 +40,7 @@ def test_bench_sample(subset, byte_vocab):
   for path in sample(subset):
     text = path.read_text(encoding="utf-8")
     try:
-      check = _schema.check_json_schema(text)
+      check = check_json_schema(text)
     except ic.ConstraintError as e:
       assert e.location is not None or "unsatisfiable" in str(e), (path.name, str(e))
       continue
@@ -58,8 +60,8 @@ def test_bench_sample(subset, byte_vocab):
         agree += 1
         continue
       if case["valid"]:
-        assert _schema_suite.narrowing_reason(case["data"], check.schema_json), (path.name, case)
+        assert schema_suite.narrowing_reason(case["data"], check.schema_json), (path.name, case)
       else:
-        assert _schema_suite.known_gap(case["data"], check.schema_json), (path.name, case)
+        assert schema_suite.known_gap(case["data"], check.schema_json), (path.name, case)
   assert supported >= PER_SUBSET // 3
   assert agree >= 0.9 * instances

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.constrain import _schema, _xgr
-from infernix_jax.constrain._schema_oracle import Walker
+from infernix_jax.constrain import _xgr
+from infernix_jax.constrain.schema import JSON_OBJECT_SCHEMA, check_json_schema
+from infernix_jax.testing.schema_oracle import Walker
 from infernix_jax.constrain.errors import RegexError, SchemaError, UnsupportedSchemaError
 
 EOS = 256
@@ -23,7 +24,7 @@ def byte_vocab():
 
 
 def matcher_for(vocab, schema: dict):
-  text = _schema.check_json_schema(json.dumps(schema)).schema_json
+  text = check_json_schema(json.dumps(schema)).schema_json
   return _xgr.new_matcher(_xgr.compile_json_schema(vocab, text, max_whitespace=32))
 
 
@@ -96,7 +97,7 @@ def accepted(vocab, schema: dict, value) -> bool:
 ])
 def test_errors_name_the_keyword(schema, cls, loc, words):
   with pytest.raises(cls) as e:
-    _schema.check_json_schema(json.dumps(schema))
+    check_json_schema(json.dumps(schema))
   assert e.value.location == loc, str(e.value)
   assert words in str(e.value)
   assert isinstance(e.value, ic.ConstraintError)
@@ -108,7 +109,7 @@ def test_errors_name_the_keyword(schema, cls, loc, words):
 ])
 def test_invalid_text(text, words):
   with pytest.raises(SchemaError, match=words):
-    _schema.check_json_schema(text)
+    check_json_schema(text)
 
 
 @pytest.mark.parametrize("text,loc", [
@@ -118,13 +119,13 @@ def test_invalid_text(text, words):
 ])
 def test_numbers_that_binary64_would_round_are_rejected(text, loc):
   with pytest.raises(UnsupportedSchemaError, match="rounded") as e:
-    _schema.check_json_schema(text)
+    check_json_schema(text)
   assert e.value.location == loc
 
 
 def test_not_text():
   with pytest.raises(SchemaError, match="as text"):
-    _schema.check_json_schema({"type": "string"})
+    check_json_schema({"type": "string"})
 
 
 def test_lenient_drops_and_records():
@@ -132,25 +133,25 @@ def test_lenient_drops_and_records():
       "a": {"type": "string", "format": "date"},
       "b": {"type": "array", "uniqueItems": True, "items": {"type": "integer"}}},
       "minProperties": 1}
-  check = _schema.check_json_schema(json.dumps(schema), lenient=True)
+  check = check_json_schema(json.dumps(schema), lenient=True)
   assert sorted(check.dropped) == [("/minProperties", "minProperties"),
                                    ("/properties/a/format", "format"),
                                    ("/properties/b/uniqueItems", "uniqueItems")]
   out = json.loads(check.schema_json)
   assert "format" not in check.schema_json and "uniqueItems" not in check.schema_json
   assert out["properties"]["b"]["items"] == {"type": "integer"}
-  assert _schema.check_json_schema('{"type":"integer"}', lenient=True).dropped == ()
+  assert check_json_schema('{"type":"integer"}', lenient=True).dropped == ()
 
 
 def test_lenient_oneof_is_recorded():
-  check = _schema.check_json_schema('{"oneOf":[{"type":"integer"},{"type":"number"}]}',
+  check = check_json_schema('{"oneOf":[{"type":"integer"},{"type":"number"}]}',
                                     lenient=True)
   assert check.dropped == (("/oneOf", "oneOf"),)
 
 
 def test_canonical_text_is_deterministic_and_order_preserving():
-  a = _schema.check_json_schema('{"title":"t","type":"object","properties":{"z":{},"a":{}}}')
-  b = _schema.check_json_schema('{ "type" : "object", "properties": {"z": {}, "a": {}}, '
+  a = check_json_schema('{"title":"t","type":"object","properties":{"z":{},"a":{}}}')
+  b = check_json_schema('{ "type" : "object", "properties": {"z": {}, "a": {}}, '
                                 '"description": "d"}')
   assert a == b
   assert list(json.loads(a.schema_json)["properties"]) == ["z", "a"]
@@ -158,12 +159,12 @@ def test_canonical_text_is_deterministic_and_order_preserving():
 
 
 def test_json_object_schema_is_an_open_object(byte_vocab):
-  m = _xgr.new_matcher(_xgr.compile_json_schema(byte_vocab, _schema.JSON_OBJECT_SCHEMA,
+  m = _xgr.new_matcher(_xgr.compile_json_schema(byte_vocab, JSON_OBJECT_SCHEMA,
                                                 max_whitespace=32))
   walker = Walker(EOS)
   assert walker.accepts(m, {"a": [1, {"b": None}]})
   for scalar in (1, "x", None, [1]):
-    m = _xgr.new_matcher(_xgr.compile_json_schema(byte_vocab, _schema.JSON_OBJECT_SCHEMA,
+    m = _xgr.new_matcher(_xgr.compile_json_schema(byte_vocab, JSON_OBJECT_SCHEMA,
                                                   max_whitespace=32))
     assert not walker.accepts(m, scalar)
 
@@ -306,7 +307,7 @@ def test_random_walks_validate(byte_vocab, schema):
 def test_draft04_boolean_exclusive_bounds(byte_vocab):
   schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer",
             "minimum": 0, "exclusiveMinimum": True, "maximum": 3, "exclusiveMaximum": False}
-  out = json.loads(_schema.check_json_schema(json.dumps(schema)).schema_json)
+  out = json.loads(check_json_schema(json.dumps(schema)).schema_json)
   assert out == {"type": "integer", "minimum": 1, "maximum": 3}
   for v, ok in ((0, False), (1, True), (3, True), (4, False)):
     assert accepted(byte_vocab, schema, v) == ok

@@ -13,7 +13,7 @@ from infernix_jax.constrain import (ConstraintError, FeatureConflictError, Outpu
                                     UnsupportedSchemaError)
 from infernix_jax.constrain import framing as fr
 from infernix_jax.constrain.framing.tools import tools_from_bfcl
-from infernix_jax.constrain.framing.walk import LegalWalker, walk
+from infernix_jax.testing.framed_walk import LegalWalker, walk
 from tests.constrain.conftest import QWEN3_DIR, SHARED_DATA
 
 TOOL_OPEN, TOOL_CLOSE, THINK_CLOSE = 151657, 151658, 151668

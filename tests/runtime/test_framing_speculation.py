@@ -15,7 +15,7 @@ import pytest
 from infernix_jax import mask_layout
 from infernix_jax.constrain import framing as fr
 from infernix_jax.constrain.framing.tools import tools_from_bfcl
-from infernix_jax.constrain.framing.walk import LegalWalker
+from infernix_jax.testing.framed_walk import LegalWalker
 from tests.constrain.conftest import QWEN3_DIR, qwen3_vocab  # noqa: F401  (fixture)
 
 THINK_CLOSE, TOOL_OPEN = 151668, 151657

@@ -13,10 +13,10 @@ import enum
 import json
 from typing import Any, Mapping
 
-from infernix_jax.constrain._schema_values import json_type
 from infernix_jax.constrain.errors import ConstraintError, SchemaError, UnsupportedSchemaError
 from infernix_jax.constrain.framing import _ebnf
 from infernix_jax.constrain.framing.tools import ToolDefinition
+from infernix_jax.constrain.schema import json_type, python_pattern
 
 VALUE_DELIMITER = "\n</parameter>"  # a raw string ends at its first occurrence
 _JSON_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
@@ -168,8 +168,7 @@ def _raw_string_rules(rule: str, schema: Mapping[str, Any], pointer: str) -> str
   if values is not None:
     keep = [v for v in values if isinstance(v, str) and VALUE_DELIMITER not in v]
     if "pattern" in schema:
-      from infernix_jax.constrain import _schema
-      found = _schema._python_pattern(schema["pattern"])
+      found = python_pattern(schema["pattern"])
       keep = [v for v in keep if found.search(v)]
     lo, hi = schema.get("minLength", 0), schema.get("maxLength")
     keep = [v for v in keep if len(v) >= lo and (hi is None or len(v) <= hi)]

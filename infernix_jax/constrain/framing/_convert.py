@@ -16,9 +16,9 @@ from infernix_jax.constrain.errors import (ChoiceError, ConstraintError, Grammar
 
 def _check_schema(text: str) -> str:
   """The constraint layer's schema-subset check (canonical text for the matcher library)."""
-  from infernix_jax.constrain import _schema  # the validation half of issue 2
+  from infernix_jax.constrain.schema import check_json_schema
 
-  return _schema.check_json_schema(text, lenient=False).schema_json
+  return check_json_schema(text, lenient=False).schema_json
 
 
 def json_value_ebnf(schema: Mapping[str, Any] | bool) -> str:
@@ -35,7 +35,8 @@ def content_ebnf(constraint) -> tuple[str, bool]:
 
   The constraint layer's own checkers validate the source first (same errors, same subset).
   """
-  from infernix_jax.constrain import _choice, _gbnf, _regex, _schema
+  from infernix_jax.constrain import _choice, _gbnf, _regex
+  from infernix_jax.constrain import schema as _schema
   from infernix_jax.constrain.spec import ConstraintKind
 
   kind = ConstraintKind(constraint.kind)

@@ -41,10 +41,6 @@ class ByteTrie:
   def n_nodes(self) -> int:
     return int(self.parent.shape[0])
 
-  def child_count(self) -> np.ndarray:
-    """int64 [N]: number of children of each node."""
-    return np.diff(self.child_ptr)
-
   def walk(self, data: bytes, node: int = 0) -> int:
     """Follows ``data`` from ``node``; returns the node reached or -1 when it leaves the trie."""
     for b in data:

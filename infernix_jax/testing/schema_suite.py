@@ -16,9 +16,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import _regex, _schema, _xgr
-from ._schema_oracle import SearchBudgetExceeded, Walker
-from .errors import ConstraintError
+from infernix_jax.constrain import _regex, _xgr
+from infernix_jax.constrain.errors import ConstraintError
+from infernix_jax.constrain.schema import check_json_schema
+from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
 DRAFT7_URI = "http://json-schema.org/draft-07/schema#"
 # Files whose "invalid" cases assert annotation-only keywords (content*), by the suite's design.
@@ -117,7 +118,7 @@ def run_file(path: Path, vocab: Any, eos_id: int, *, draft7: bool = False,
       schema = {"$schema": DRAFT7_URI, **schema}
     source = json.dumps(schema)
     try:
-      check = _schema.check_json_schema(source)
+      check = check_json_schema(source)
     except ConstraintError as e:
       counts.rejected[type(e).__name__] += 1
       if e.location is None and "unsatisfiable" not in str(e):
@@ -154,7 +155,7 @@ def run_file(path: Path, vocab: Any, eos_id: int, *, draft7: bool = False,
 
 
 def _constraint(source: str) -> Any:
-  from .spec import OutputConstraint
+  from infernix_jax.constrain.spec import OutputConstraint
 
   return OutputConstraint.json_schema(source)
 

@@ -1,17 +1,4 @@
-"""JSON values inside schemas: equality, type domains, and a validator over normalized schemas.
-
-Normalized schemas ("NF", produced by ``_schema``) are dicts of one of these shapes, or None
-for the unsatisfiable schema:
-
-  {}                                   any JSON value
-  {"type": T, ...}                     a typed leaf holding only T's assertions
-  {"anyOf": [NF, ...]}                 union of two or more NFs
-  {"enum": [scalar, ...]}              finite set of scalar values
-  {"$ref": "#/$defs/<name>"}           reference to a normalized definition
-
-Numbers in schema values are ``int`` or ``decimal.Decimal`` (the source is parsed with
-``parse_float=Decimal`` so that no literal is silently rounded).
-"""
+"""JSON values in schemas: equality, type domains, and a validator over normalized schemas."""
 
 from __future__ import annotations
 
@@ -19,11 +6,34 @@ import re
 from decimal import Decimal
 from typing import Any, Callable
 
+from infernix_jax.constrain.errors import UnsupportedSchemaError
+
+# Normalized schemas ("NF", produced by ``check``) are dicts of one of these shapes, or None
+# for the unsatisfiable schema:
+#
+#   {}                                   any JSON value
+#   {"type": T, ...}                     a typed leaf holding only T's assertions
+#   {"anyOf": [NF, ...]}                 union of two or more NFs
+#   {"enum": [scalar, ...]}              finite set of scalar values
+#   {"$ref": "#/$defs/<name>"}           reference to a normalized definition
+#
+# Numbers in schema values are ``int`` or ``decimal.Decimal`` (the source is parsed with
+# ``parse_float=Decimal`` so that no literal is silently rounded).
+
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 
 
 def is_number(v: Any) -> bool:
   return isinstance(v, (int, Decimal)) and not isinstance(v, bool)
+
+
+def utf8(s: str, ptr: str) -> None:
+  """Rejects a string holding a lone surrogate (not valid Unicode text)."""
+  try:
+    s.encode("utf-8")
+  except UnicodeEncodeError:
+    raise UnsupportedSchemaError("string holds a lone surrogate (not valid Unicode text)",
+                                 ptr) from None
 
 
 def json_type(v: Any) -> str:

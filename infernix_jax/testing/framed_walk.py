@@ -51,7 +51,7 @@ class LegalWalker:
           table[b] = i
       return table
 
-    self._table = vocab.lazy("framing.walk_table", build)
+    self._table = vocab.lazy("testing.framed_walk.table", build)
 
   def _prefix_token(self, text: bytes, legal: "_Bits") -> int | None:
     """The legal token spelling the longest prefix of ``text``."""

@@ -1,9 +1,15 @@
-"""Regex pieces for JSON Schema: search-semantics patterns, length folding, key complements."""
+"""String keywords (pattern, minLength, maxLength): search-semantics patterns and length folding."""
 
 from __future__ import annotations
 
-from ._regex import (ANY, JSON_SAFE, MAX_REPEAT, _EPS, Alt, Cls, Node, Rep, Seq, _branches_node,
-                     _emit, _simplify, complement, intersect, normalize, parse)
+import functools
+import re
+from typing import Any
+
+from infernix_jax.constrain._regex import (ANY, JSON_SAFE, MAX_REPEAT, _EPS, Alt, Cls, Node, Rep,
+                                           Seq, _branches_node, _emit, _simplify, complement,
+                                           intersect, normalize, parse)
+from infernix_jax.constrain.errors import RegexError, SchemaError
 
 
 class LengthUnsupported(Exception):
@@ -132,3 +138,86 @@ def key_complement(names) -> str:
     return options[0] if len(options) == 1 else Alt(tuple(options))
 
   return "^" + json_string_regex(_simplify(build(trie), JSON_SAFE)) + "$"
+
+
+@functools.lru_cache(maxsize=512)
+def python_pattern(pattern: str) -> re.Pattern:
+  """A compiled Python regex with ECMAScript search semantics, for whole-value matching."""
+  return re.compile(search_regex(pattern), re.S)
+
+
+def finish_string(leaf: dict) -> dict | None:
+  """The string leaf, or None when no JSON string the grammar can spell satisfies it."""
+  if "maxLength" in leaf and leaf.get("minLength", 0) > leaf["maxLength"]:
+    return None
+  if "pattern" in leaf:
+    try:
+      if schema_pattern(leaf["pattern"], leaf.get("minLength", 0),
+                        leaf.get("maxLength")) is None:
+        return None  # no JSON string the grammar can spell matches: nothing to generate
+    except LengthUnsupported:
+      pass  # reported (or dropped if lenient) when the leaf is emitted
+  return leaf
+
+
+class StringKeywords:
+  """String assertions for the normalizer (the host provides count, fail, invalid)."""
+
+  def string_leaf(self, s: dict, ptr: str, out: dict) -> None:
+    """Writes the length bounds and the (checked) pattern of ``s`` into the leaf ``out``."""
+    out["_at"] = ptr
+    for k in ("minLength", "maxLength"):
+      if k in s:
+        out[k] = self.count(s, k, ptr)
+    if "pattern" in s:
+      pat = s["pattern"]
+      if not isinstance(pat, str):
+        self.invalid("pattern must be a string", f"{ptr}/pattern")
+      try:
+        python_pattern(pat)
+      except RegexError as e:
+        raise RegexError(f"pattern: {e.message} (pattern position {e.location})",
+                         f"{ptr}/pattern") from None
+      out["pattern"] = pat
+
+  def merge_strings(self, a: dict, b: dict, out: dict, ptr: str) -> None:
+    """Writes the intersection of two string leaves' assertions into ``out``."""
+    if a.get("minLength", 0) or b.get("minLength", 0):
+      out["minLength"] = max(a.get("minLength", 0), b.get("minLength", 0))
+    maxes = [x["maxLength"] for x in (a, b) if "maxLength" in x]
+    if maxes:
+      out["maxLength"] = min(maxes)
+    pats = [x["pattern"] for x in (a, b) if "pattern" in x]
+    if len(set(pats)) > 1:
+      self.fail("intersecting two different string patterns is not supported; combine them "
+                "into one pattern", ptr, "pattern")
+    if pats:
+      out["pattern"] = pats[0]
+
+  def emit_string(self, nf: dict) -> Any:
+    ptr = nf.get("_at", "")
+    lo, hi = nf.get("minLength", 0), nf.get("maxLength")
+    if "pattern" in nf:
+      try:
+        conv = schema_pattern(nf["pattern"], lo, hi)
+      except LengthUnsupported:
+        conv = False
+      if conv is False:
+        key = "minLength" if lo else "maxLength"
+        self.fail("minLength/maxLength together with this pattern cannot be enforced exactly "
+                  "(it has several variable-length parts); fold the length into the pattern "
+                  "(e.g. '^[a-z]{2,8}$')", f"{ptr}/{key}", key)
+        conv = schema_pattern(nf["pattern"])
+      if conv is None:  # only reachable when lenient dropped nothing: caught in finish_leaf
+        raise SchemaError("no string satisfies both the pattern and the length bounds", ptr)
+      return {"type": "string", "pattern": conv[0]}
+    if lo or hi is not None:
+      if lo > MAX_REPEAT:
+        self.fail(f"minLength above {MAX_REPEAT} is not supported", f"{ptr}/minLength",
+                  "minLength")
+        return {"type": "string"}
+      if hi is not None:
+        hi = min(hi, MAX_REPEAT)  # longer strings are never generated: a narrowing
+      node = Rep(Cls(JSON_SAFE), lo, hi)
+      return {"type": "string", "pattern": json_string_regex(node)}
+    return {"type": "string"}

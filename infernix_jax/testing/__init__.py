@@ -1,0 +1,1 @@
+"""Test and study support (random walkers, schema oracles); not part of the runtime API."""
