@@ -1,7 +1,7 @@
 """Pure functions of one decoder layer: RMSNorm, RoPE, grouped attention, SwiGLU.
 
-Axis letters: B rows, T query length, S key length, N query heads, K kv heads (Kh),
-G = N / K query heads per kv head, H head dim, D model width, F SwiGLU width.
+Axis letters (docs/CONTRACTS.md): B rows, T query length, S key length, N query heads, G kv
+heads, Q = N / G query heads per kv head, H head dim, D model width, F SwiGLU width.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
 
   Args:
     q: queries [B, T, N, H].
-    k: keys [B, S, K, H].
-    v: values [B, S, K, H].
+    k: keys [B, S, G, H].
+    v: values [B, S, G, H].
     mask: bool [B, T, S], True where query t may read key s.
 
   Returns:
@@ -53,17 +53,17 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
   """
   b, t, n, h = q.shape
   kh = k.shape[2]
-  q = q.reshape(b, t, kh, n // kh, h)  # [B, T, K, G, H]
-  scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
+  q = q.reshape(b, t, kh, n // kh, h)  # [B, T, G, Q, H]
+  scores = jnp.einsum("BTGQH,BSGH->BGQTS", q, k, preferred_element_type=jnp.float32)
   scores = scores * (h ** -0.5)
   scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)  # [B, T, K, G, H]
+  out = jnp.einsum("BGQTS,BSGH->BTGQH", probs, v)  # [B, T, G, Q, H]
   return out.reshape(b, t, n, h)
 
 
 def project_qkv(cfg: ModelConfig, p: Mapping[str, jax.Array], h: jax.Array, cos, sin):
-  """Normed input [B, T, D] -> rotated q [B, T, N, H], k, v [B, T, K, H]."""
+  """Normed input [B, T, D] -> rotated q [B, T, N, H], k, v [B, T, G, H]."""
   b, t, _ = h.shape
   q = h @ p["q"]
   k = h @ p["k"]
@@ -71,8 +71,8 @@ def project_qkv(cfg: ModelConfig, p: Mapping[str, jax.Array], h: jax.Array, cos,
   if cfg.qkv_bias:
     q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
   q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, N, H]
-  k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, K, H]
-  v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, K, H]
+  k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, G, H]
+  v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, G, H]
   if cfg.qk_norm:
     q = rms_norm(q, p["q_norm"], cfg.norm_eps)
     k = rms_norm(k, p["k_norm"], cfg.norm_eps)

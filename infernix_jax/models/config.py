@@ -23,7 +23,7 @@ class ModelConfig:
   dim: int  # D: residual stream width
   num_layers: int  # L
   num_heads: int  # N: query heads
-  num_kv_heads: int  # Kh: key/value heads (N: MHA, 1: MQA, otherwise GQA)
+  num_kv_heads: int  # G: key/value heads (N: MHA, 1: MQA, otherwise GQA)
   head_dim: int  # H
   ffn_dim: int  # F: SwiGLU hidden width
   rope_theta: float = 10_000.0  # RoPE base frequency

@@ -25,8 +25,8 @@ class KVCache:
   zeroed before reuse.
 
   Attributes:
-    k: keys, [L, B, S, Kh, H].
-    v: values, [L, B, S, Kh, H].
+    k: keys, [L, B, S, G, H].
+    v: values, [L, B, S, G, H].
     lengths: committed tokens per row, i32[B].
   """
 
@@ -39,7 +39,7 @@ class KVCache:
     """An empty cache (all lengths 0).
 
     Args:
-      cfg: the model the cache belongs to (L, Kh, H).
+      cfg: the model the cache belongs to (L, G, H).
       batch: B, lanes.
       capacity: S, positions per lane (prompt + generated + K+1 scratch).
       dtype: storage dtype; defaults to the model dtype.

@@ -20,10 +20,10 @@ DEFAULT_CHUNK = 256  # prefill tokens per compiled call; longer prompts loop ove
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps",),
                    donate_argnums=(2,))
 def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits, taps=None):
-  """One chunk: tokens [B, C], counts i32[B] valid tokens per row (0..C)."""
+  """One chunk: tokens [B, T] (T the chunk length), counts i32[B] valid tokens per row."""
   model = nnx.merge(graphdef, state)
   if taps is None:
-    hidden, cache = model(tokens, cache)  # [B, C, D]
+    hidden, cache = model(tokens, cache)  # [B, T, D]
     final = hidden
   else:  # the logits still need the last layer: tap it too, split it off
     both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1))

@@ -23,7 +23,7 @@ DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
     ("batch", "data"), ("vocab", "model"), ("q_heads", "model"), ("kv_heads", "model"),
     ("mlp", "model"), ("embed", None), ("layers", None), ("seq", None), ("head_dim", None),
 )
-CACHE_AXES = ("layers", "batch", "seq", "kv_heads", "head_dim")  # k and v: [L, B, S, Kh, H]
+CACHE_AXES = ("layers", "batch", "seq", "kv_heads", "head_dim")  # k and v: [L, B, S, G, H]
 
 
 def make_mesh(data: int = 1, model: int | None = None, devices: Sequence | None = None) -> Mesh:

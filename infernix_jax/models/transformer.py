@@ -1,7 +1,7 @@
 """Flax NNX decoder of the Qwen family with layer-stacked weights and an explicit KV cache.
 
 Axis letters: B rows, T query length, S cache capacity, L layers, D model width,
-Vm logits width, N/K query/kv heads, H head dim.
+Vm logits width, N/G query/kv heads, H head dim.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ class RoundHost:
     spec: what the drafter sizes its state by.
   """
 
-  def __init__(self, lanes: int, drafter: Drafter, vocab: Any, spec: DrafterSpec):
+  def __init__(self, lanes: int, drafter: Drafter, vocab: Any, spec: DrafterSpec,
+               device_automaton: bool = False):
     b, k = lanes, drafter.k
     self.b, self.k, self.p = b, k, k + 1
     self.vocab, self.drafter = vocab, drafter
@@ -54,14 +55,45 @@ class RoundHost:
     self.draft_state = None if drafter.on_device else drafter.init(spec)[1]
     self.stats = collections.Counter()  # host seconds per step, mask bytes uploaded
     self.generation = 0  # bumped whenever a lane's request changes (per-lane params cache)
+    # Trie-constrained lanes may take their masks from a device-resident automaton.
+    self.automata = None
+    if device_automaton:
+      from infernix_jax.runtime.device_automaton import AutomatonSet
+      self.automata = AutomatonSet()
 
   # --- lanes ---------------------------------------------------------------------------------
   def any_active(self) -> bool:
     return any(lane is not None for lane in self.lanes)
 
+  def on_device(self, lane: Lane | None) -> bool:
+    """Whether the lane's masks come from the device automaton (no host lookahead)."""
+    if self.automata is None or lane is None or lane.session is None:
+      return False
+    from infernix_jax.constrain.trie import TrieSession
+    return isinstance(lane.session, TrieSession)
+
+  def host_masked(self, lane: Lane | None) -> bool:
+    """Whether the lane needs host lookahead masks this round."""
+    return (lane is not None and lane.session is not None and lane.error is None
+            and lane.finish is None and not self.on_device(lane))
+
   def any_constrained(self) -> bool:
-    return any(lane is not None and lane.session is not None and lane.error is None
-               for lane in self.lanes)
+    return any(self.host_masked(lane) for lane in self.lanes)
+
+  def device_automaton(self):
+    """The DeviceAutomaton of the trie lanes (None when the option is off or none is active)."""
+    if self.automata is None:
+      return None
+    return self.automata.update([x.session for x in self.lanes if self.on_device(x)])
+
+  def automaton_rows(self) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes i32[B], rows bool[B]): each device-masked lane's state in the automaton."""
+    nodes = np.zeros((self.b,), np.int32)
+    rows = np.zeros((self.b,), bool)
+    for i, lane in enumerate(self.lanes):
+      if self.on_device(lane) and lane.error is None and lane.finish is None:
+        nodes[i], rows[i] = self.automata.node_of(lane.session), True
+    return nodes, rows
 
   def positions(self) -> np.ndarray:
     """i32[B] logical output position of each lane's next token."""
@@ -184,8 +216,7 @@ class RoundHost:
     t0 = time.perf_counter()
     drafts = np.ascontiguousarray(drafts, np.int32)
     n_drafts = np.minimum(np.asarray(n_drafts, np.int32), self.k)
-    sessions = [lane.session if lane is not None and lane.error is None
-                and lane.finish is None else None for lane in self.lanes]
+    sessions = [lane.session if self.host_masked(lane) else None for lane in self.lanes]
     try:
       states, enabled = ic.fill_batch(sessions, drafts, n_drafts, self.mask_buf)
     except Exception:  # noqa: BLE001 (find the failing rows; the others fill normally)

@@ -52,12 +52,14 @@ class RoundArgs:
     state: the target's parameters (from `nnx.split`).
     dparams: the device drafter's parameters (None for host drafters).
     params: pallas SamplingParams per lane; seed: u32[B] request seeds.
+    automaton: the trie lanes' device automaton, or None.
   """
 
   state: Any
   dparams: Any
   params: Any
   seed: Any
+  automaton: Any = None  # DeviceAutomaton of the trie lanes (device_automaton option)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +72,7 @@ class RoundStatics:
   masked_q: bool
   lanes: int
   words: int  # W
+  device_automaton: bool = False  # trie lanes take their masks from the device automaton
 
 
 # --- device steps (pure; jitted one by one by StagesIO, inlined by CallbackIO) --------------
@@ -103,6 +106,17 @@ def finish_step(logits, mask, states, enabled, prop, params, seed, position, *, 
   return out.accepted, out.tokens, out.flags, n
 
 
+def automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled):
+  """Masks of the trie lanes `rows` (bool[B]) from the device automaton, merged with the host
+  masks of the other lanes (mask None: no host-masked lane)."""
+  from infernix_jax.runtime import device_automaton
+  dmask, dstates, _ = device_automaton.lookahead(auto, nodes, drafts, n)  # [B, P, W], [B, P]
+  if mask is None:
+    return dmask, dstates, rows
+  return (jnp.where(rows[:, None, None], dmask, mask), jnp.where(rows[:, None], dstates, states),
+          enabled | rows)
+
+
 def advance_step(drafter, dparams, dstate, tokens, counts, hidden):
   """The device drafter learns what each lane really committed."""
   return drafter.advance(dparams, dstate, Committed(tokens, counts, hidden))
@@ -122,6 +136,7 @@ _JIT = {
                           donate_argnames=("dstate",)),
     verify_step: jax.jit(verify_step, static_argnames=("graphdef",), donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q")),
+    automaton_step: jax.jit(automaton_step),
     advance_step: jax.jit(advance_step, static_argnames=("drafter",),
                           donate_argnames=("dstate",)),
     clear_step: jax.jit(clear_step, static_argnames=("drafter",),
@@ -133,8 +148,8 @@ _JIT = {
 def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
   """One round over every lane -> (DeviceState, stop flag from the host's commit step)."""
   drafter = st.drafter
-  (anchor, lengths, position, limit, forced, n_forced, host_drafts, host_n,
-   constrained) = io.host("begin", token)
+  (anchor, lengths, position, limit, forced, n_forced, host_drafts, host_n, constrained,
+   nodes, trie_rows) = io.host("begin", token)
   inp = DraftInput(anchor=anchor, lengths=lengths, seed=args.seed, position=position,
                    limit=limit, forced=forced, n_forced=n_forced)
   dstate = dev.dstate
@@ -145,6 +160,9 @@ def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
   logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache, lengths,
                                     anchor, prop.drafts)
   mask, states, enabled = io.masks(constrained, prop.drafts, prop.n)
+  if st.device_automaton:
+    mask, states, enabled = io.automaton(args.automaton, nodes, trie_rows, prop.drafts, prop.n,
+                                         mask, states, enabled)
   accepted, tokens, flags, n = io.device(
       finish_step, logits, mask, states, enabled, prop, args.params, args.seed, position,
       vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling)
@@ -164,10 +182,11 @@ class HostSteps:
 
   def begin(self, token):
     h = self.host
-    inp, prop = h.begin(np.asarray(self.seed))
+    inp, prop = h.begin(self.seed)
+    nodes, rows = h.automaton_rows()
     return (inp.anchor, inp.lengths, inp.position, inp.limit, inp.forced, inp.n_forced,
             np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32),
-            np.bool_(h.any_constrained()))
+            np.bool_(h.any_constrained()), nodes, rows)
 
   def masks(self, drafts, n):
     mask, states, enabled = self.host.masks(drafts, n)
@@ -200,6 +219,11 @@ class StagesIO:
     mask, states, enabled = self.steps.masks(drafts, n)
     return jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
 
+  def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
+    if not np.asarray(rows).any():
+      return mask, states, enabled
+    return _JIT[automaton_step](auto, nodes, rows, drafts, n, mask, states, enabled)
+
   def when(self, rows, fn, drafter, cache, dstate):
     if not np.asarray(rows).any():
       return cache, dstate
@@ -231,6 +255,11 @@ class CallbackIO:
 
     return jax.lax.cond(constrained, fill, skip, drafts, n)
 
+  def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
+    if auto is None:  # no trie lane when the loop started (none can join inside it)
+      return mask, states, enabled
+    return automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled)
+
   def when(self, rows, fn, drafter, cache, dstate):
     return jax.lax.cond(rows.any(), lambda c, d: fn(drafter, c, d, rows), lambda c, d: (c, d),
                         cache, dstate)
@@ -241,7 +270,8 @@ def _shapes(b: int, k: int, w: int) -> dict:
   p = k + 1
   return {
       "begin": (s((b,), i32), s((b,), i32), s((b,), i32), s((b,), i32), s((b, k), i32),
-                s((b,), i32), s((b, k), i32), s((b,), i32), s((), jnp.bool_)),
+                s((b,), i32), s((b, k), i32), s((b,), i32), s((), jnp.bool_), s((b,), i32),
+                s((b,), jnp.bool_)),
       "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),
       "commit": (s((b, p), i32), s((b,), i32), s((b,), jnp.bool_), s((), jnp.bool_)),
   }
@@ -268,7 +298,7 @@ _CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before 
 def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics) -> DeviceState:
   """One round on the `stages` bridge."""
   steps = HostSteps()
-  steps.host, steps.seed = host, args.seed
+  steps.host, steps.seed = host, np.asarray(args.seed)
   dev, _ = run_round(StagesIO(steps), dev, args, None, st)
   return dev
 
@@ -280,7 +310,7 @@ def run_callback(host, dev: DeviceState, args: RoundArgs, st: RoundStatics, roun
   io = _CALLBACK_IO.get(key)
   if io is None:
     io = _CALLBACK_IO[key] = CallbackIO(HostSteps(), _shapes(*key))
-  io.steps.host, io.steps.seed, io.steps.stop_when = host, args.seed, stop_when
+  io.steps.host, io.steps.seed, io.steps.stop_when = host, np.asarray(args.seed), stop_when
   dev = _loop(dev, args, io=io, st=st, rounds=rounds)
   jax.block_until_ready(dev)
   return dev

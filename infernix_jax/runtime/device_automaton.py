@@ -10,7 +10,8 @@ device with no host round trip (DESIGN.md section 6). The host compiles and expo
   masks, states, path = lookahead(auto, nodes [B], drafts [B, K], n_drafts [B])
 
 States S = N + 2: trie nodes, ``end`` (EOS accepted) and ``dead``; both sinks have an all-zero
-mask and step to ``dead``. Axis letters: B rows, K drafts, P = K + 1 positions, W mask words.
+mask and step to ``dead``. Axis letters (docs/CONTRACTS.md): B rows, K drafts, P = K + 1 positions,
+W mask words.
 """
 
 from __future__ import annotations
@@ -187,3 +188,44 @@ def lookahead(auto: DeviceAutomaton, node: jax.Array, drafts: jax.Array,
   states = jnp.where(reached, jnp.where(nonempty, mask_layout.READY, mask_layout.DEAD_END),
                      mask_layout.UNREACHABLE).astype(jnp.int8)
   return jnp.where(reached[..., None], words, 0), states, path
+
+
+class AutomatonSet:
+  """The tries of the active lanes as one DeviceAutomaton, re-uploaded when the set changes.
+
+  Lanes of different choice sets share one table (`constrain.trie.tables.combine`); a lane's
+  state on the device is `node_of(session)`.
+  """
+
+  def __init__(self):
+    self._key: tuple = ()
+    self._offsets: dict[int, int] = {}
+    self._keep: list = []  # the automata of the current tables (their ids stay valid)
+    self.auto: DeviceAutomaton | None = None
+    self._end = self._dead = 0
+
+  def update(self, sessions) -> DeviceAutomaton | None:
+    """The DeviceAutomaton covering `sessions` (TrieSessions), rebuilt only when needed."""
+    from infernix_jax.constrain.trie import tables as trie_tables
+    automata = {id(s.automaton): s for s in sessions}
+    key = tuple(sorted(automata))
+    if not key:
+      return None
+    if key != self._key and not set(key) <= set(self._offsets):
+      parts = [trie_tables.export(automata[i].automaton, dense=False) for i in key]
+      combined, offsets = trie_tables.combine(parts)
+      self.auto = DeviceAutomaton.from_tables(combined)
+      self._offsets = {i: int(o) for i, o in zip(key, offsets)}
+      self._keep = [automata[i].automaton for i in key]
+      self._end, self._dead = combined.end, combined.dead
+      self._key = key
+    return self.auto
+
+  def node_of(self, session) -> int:
+    """The lane's state in the combined automaton (sinks map to the shared sinks)."""
+    a, node = session.automaton, session.node
+    if node == a.end:
+      return self._end
+    if node == a.dead:
+      return self._dead
+    return self._offsets[id(a)] + node

@@ -48,12 +48,15 @@ class Engine:
     compiler: a `constrain.ConstraintCompiler` for `vocab` (created lazily when None).
     callback_rounds: rounds per compiled loop call of the callback bridge.
     cfg: the model config when `model` is `(graphdef, state)`.
+    device_automaton: lanes under a trie-compiled choice take their masks from a device-
+      resident automaton inside the round (no host lookahead for them); other lanes keep
+      the host path. Same tokens either way.
   """
 
   def __init__(self, model: Any, vocab: Any, drafter: Drafter | None = None, *,
                lanes: int = 4, capacity: int = 1024, bridge: str = "stages",
                masked_q: bool = True, compiler: Any = None, callback_rounds: int = 64,
-               cfg: Any = None):
+               cfg: Any = None, device_automaton: bool = False):
     if bridge not in BRIDGES:
       raise ValueError(f"bridge={bridge!r} must be one of {', '.join(BRIDGES)}")
     if lanes < 1:
@@ -74,7 +77,8 @@ class Engine:
     self._compiler = compiler
     spec = DrafterSpec(lanes=lanes, capacity=capacity, dim=self.cfg.dim,
                        dtype=self.cfg.jnp_dtype)
-    self.host = RoundHost(lanes, self.drafter, vocab, spec)
+    self.device_automaton = device_automaton
+    self.host = RoundHost(lanes, self.drafter, vocab, spec, device_automaton=device_automaton)
     dparams, dstate = self.drafter.init(spec) if self.drafter.on_device else (None, None)
     self._dparams = dparams
     self._dev = _round.DeviceState(cache=_deps.kv_cache_init(self.cfg, lanes, capacity),
@@ -167,7 +171,8 @@ class Engine:
   def _statics(self) -> _round.RoundStatics:
     return _round.RoundStatics(graphdef=self.graphdef, drafter=self.drafter,
                                vocab_size=self.vocab.size, masked_q=self.masked_q,
-                               lanes=self.b, words=mask_layout.mask_words(self.vocab.size))
+                               lanes=self.b, words=mask_layout.mask_words(self.vocab.size),
+                               device_automaton=self.device_automaton)
 
   def _admit(self) -> None:
     """Prefills prompt[:-1] of every admitted lane in one batched call (other rows untouched)."""
@@ -259,4 +264,5 @@ class Engine:
                                      cols["fp"], hist, (hist >= 0).astype(np.int32))
       self._params = (self.host.generation, params, jnp.asarray(seed))
     _, params, seed = self._params
-    return _round.RoundArgs(state=self.state, dparams=self._dparams, params=params, seed=seed)
+    return _round.RoundArgs(state=self.state, dparams=self._dparams, params=params, seed=seed,
+                            automaton=self.host.device_automaton())

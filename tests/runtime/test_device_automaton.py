@@ -97,3 +97,42 @@ def test_lookahead_equals_host_sessions(compiled):
     np.testing.assert_array_equal(masks[i, :n + 1], buf)
     assert (states[i, n + 1:] == 2).all() and not masks[i, n + 1:].any()
   assert np.asarray(path).shape == (b, k + 1)
+
+
+def test_combined_automata_equal_each_host_session():
+  """Several tries in one device automaton (rows of different choice sets in one batch):
+  each row's device lookahead equals its own host session's lookahead."""
+  vocab = _vocab(2)
+  parts = [trie.compile_choice(vocab, _values(s, k)) for s, k in ((3, 20), (4, 150), (5, 5))]
+  tables, offsets = trie.tables.combine([c.export_tables(dense=False) for c in parts])
+  auto = da.DeviceAutomaton.from_tables(tables)
+  rng = np.random.default_rng(1)
+  k, rows = 4, 24
+  nodes, drafts, n, want_m, want_s = [], [], [], [], []
+  for r in range(rows):
+    c = parts[r % len(parts)]
+    s = c.new_session()
+    for _ in range(int(rng.integers(0, 3))):  # advance along a legal path
+      legal = [t for t in c.automaton.legal_ids(s.node).tolist() if t not in vocab.eos_ids]
+      if legal:
+        s.accept([int(rng.choice(legal))])
+    chain = []
+    node = s.node
+    for _ in range(k):  # mostly legal drafts, sometimes a random one
+      legal = c.automaton.legal_ids(node).tolist()
+      t = int(rng.choice(legal)) if legal and rng.random() < 0.8 else int(rng.integers(0, vocab.size))
+      chain.append(t)
+      node = c.automaton.step(node, t) if node < c.automaton.end else node
+    m = int(rng.integers(0, k + 1))
+    out = np.zeros((k + 1, vocab.mask_words), np.int32)
+    st = s.lookahead(np.array(chain[:m]), out=out[:m + 1])
+    states = np.full(k + 1, 2, np.int8)
+    states[:m + 1] = st
+    nodes.append(offsets[r % len(parts)] + s.node)
+    drafts.append(chain)
+    n.append(m)
+    want_m.append(out)
+    want_s.append(states)
+  masks, states, _ = jax.jit(da.lookahead)(auto, np.array(nodes), np.array(drafts), np.array(n))
+  np.testing.assert_array_equal(np.asarray(states), np.array(want_s))
+  np.testing.assert_array_equal(np.asarray(masks), np.array(want_m))

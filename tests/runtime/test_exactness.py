@@ -55,9 +55,10 @@ BACKENDS = [b for b in backends.names() if _supports(b, SPEC)]
 
 
 @functools.lru_cache(maxsize=None)
-def engine(name: str, bridge: str = "stages") -> Engine:
+def engine(name: str, bridge: str = "stages", device_automaton: bool = False) -> Engine:
   cfg, model = h.tiny_model()
-  return Engine(model, h.toy_vocab(), VARIANTS[name], lanes=LANES, capacity=32, bridge=bridge)
+  return Engine(model, h.toy_vocab(), VARIANTS[name], lanes=LANES, capacity=32, bridge=bridge,
+                device_automaton=device_automaton)
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,3 +178,24 @@ def test_masked_q_raises_greedy_acceptance():
       r.prompt_ids, max_tokens=4, constraint=SPEC, sampling=r.sampling) for r in requests], False)
   rate = lambda rs: np.mean([r.accepted_length for r in rs])
   assert rate(on) > rate(off)
+
+
+@pytest.mark.parametrize("bridge", BRIDGES)
+@pytest.mark.parametrize("name", ["none", "jump+ngram", "dflash2"])
+def test_device_automaton_equals_batch_fill(name, bridge):
+  """Trie lanes masked by the device-resident automaton inside the round commit exactly the
+  tokens of the host batch-fill path (greedy and sampled, mixed with xgrammar and free lanes,
+  two different choice sets in one batch)."""
+  other = ic.OutputConstraint.choice(["ab", "ba", "abc1", "x"])
+  specs = [SPEC.with_backend("trie"), other.with_backend("trie"), SPEC.with_backend("xgrammar"),
+           None]
+  requests = lambda: [GenerationRequest(PROMPTS[s % 2], max_tokens=5, constraint=specs[s % 4],
+                                        sampling=SamplingOptions(temperature=float(s % 3 > 0),
+                                                                 seed=s))
+                      for s in range(40)]
+  host = run(engine(name, bridge), requests())
+  device = run(engine(name, bridge, device_automaton=True), requests())
+  assert [r.token_ids for r in host] == [r.token_ids for r in device]
+  assert [r.finish_reason for r in host] == [r.finish_reason for r in device]
+  trie_rows = [r for s, r in enumerate(device) if s % 4 < 2]
+  assert all(r.constraint.mask_bytes_uploaded == 0 for r in trie_rows)  # no host masks

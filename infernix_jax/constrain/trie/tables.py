@@ -106,3 +106,58 @@ def export(automaton: TrieAutomaton, *, dense_limit_bytes: int = DEFAULT_DENSE_L
       dense_of=i32(a.dense_of), dense=i32(a.dense.reshape(-1, w)), vocab_size=a.vocab_size,
       end=a.end, dead=a.dead, max_row=int(row_len.max()) if row_len.size else 0,
       max_words=int(word_len.max()) if word_len.size else 0)
+
+
+def combine(parts: "list[AutomatonTables]") -> tuple[AutomatonTables, np.ndarray]:
+  """One automaton holding several (compact form), so rows of different tries share tables.
+
+  The trie nodes of each part are laid out one after the other and the parts' sinks merge
+  into one ``end`` and one ``dead``. A row of part i at node n sits at ``offsets[i] + n``.
+
+  Args:
+    parts: compact-form tables (``export(..., dense=False)``) of one vocabulary.
+
+  Returns:
+    (combined AutomatonTables, offsets int64 [len(parts)]).
+  """
+  if not parts:
+    raise ValueError("combine needs at least one automaton")
+  if any(p.masks is not None for p in parts):
+    raise ValueError("combine takes compact tables: export(..., dense=False)")
+  w = parts[0].mask_words
+  sizes = np.array([p.end for p in parts], np.int64)  # N_i trie nodes (end = N_i)
+  offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+  n = int(sizes.sum())
+  end, dead = n, n + 1
+  row_len, ids, nxt, terminal = [], [], [], []
+  word_len, word_idx, word_val, dense_of, dense = [], [], [], [], []
+  dense_rows = 0
+  for p, off in zip(parts, offsets):
+    nodes = p.end
+    e = p.row_ptr[nodes]  # edges of the trie nodes (sink rows are empty)
+    row_len.append(np.diff(p.row_ptr[:nodes + 1]))
+    ids.append(p.ids[:e])
+    tgt = p.next[:e].astype(np.int64)
+    nxt.append(np.where(tgt == p.end, end, np.where(tgt == p.dead, dead, tgt + off)))
+    terminal.append(p.terminal[:nodes])
+    ew = p.word_ptr[nodes]
+    word_len.append(np.diff(p.word_ptr[:nodes + 1]))
+    word_idx.append(p.word_idx[:ew])
+    word_val.append(p.word_val[:ew])
+    d = p.dense_of[:nodes]
+    dense_of.append(np.where(d >= 0, d + dense_rows, -1))
+    dense.append(p.dense.reshape(-1, w))
+    dense_rows += p.dense.reshape(-1, w).shape[0]
+  i32 = lambda parts_, extra=(): np.ascontiguousarray(  # noqa: E731
+      np.concatenate(list(parts_) + [np.asarray(extra, np.int64)]), dtype=np.int32)
+  rows = np.concatenate(row_len + [np.zeros(2, np.int64)])
+  words = np.concatenate(word_len + [np.zeros(2, np.int64)])
+  combined = AutomatonTables(
+      row_ptr=i32([np.cumsum(np.concatenate([[0], rows]))]), ids=i32(ids), next=i32(nxt),
+      terminal=np.concatenate(terminal + [np.zeros(2, bool)]), masks=None,
+      word_ptr=i32([np.cumsum(np.concatenate([[0], words]))]), word_idx=i32(word_idx),
+      word_val=i32(word_val), dense_of=i32(dense_of, (-1, -1)),
+      dense=np.ascontiguousarray(np.concatenate(dense).reshape(-1, w), dtype=np.int32),
+      vocab_size=parts[0].vocab_size, end=end, dead=dead,
+      max_row=max(p.max_row for p in parts), max_words=max(p.max_words for p in parts))
+  return combined, offsets
