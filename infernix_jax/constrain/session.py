@@ -21,6 +21,12 @@ Ready with the legal prefix's mask.
 
 The mask of the committed state is cached: preview computes it (to report ``dead_end``) and
 the next lookahead reuses it for position 0, so a round fills each distinct state once.
+
+Every mask the matcher fills is corrected before anyone reads it: the bits of ids past V are
+cleared (the layout says they are 0; xgrammar may set them in the last word), and the strict
+UTF-8 filter of `_utf8` is applied for the decoder state at that position (the session tracks
+it over committed, previewed and lookahead tokens). preview, jump-forward and the continuation
+prefix refuse what the filter refuses, so a token is legal exactly when its mask bit is set.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import dataclasses
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.constrain import _xgr
+from infernix_jax.constrain import _utf8, _xgr
 from infernix_jax.constrain.errors import PrefixError
 from infernix_jax.constrain.vocab import ORDINARY
 
@@ -55,10 +61,6 @@ class PreviewResult:
   dead_end: bool
 
 
-def _bit(words: np.ndarray, token: int) -> bool:
-  return bool((int(words[token >> 5]) >> (token & 31)) & 1)
-
-
 class OutputSession:
   """One request's grammar state (one matcher, never shared). Not thread-safe: one caller.
 
@@ -71,6 +73,9 @@ class OutputSession:
     self._v = self.vocab.size
     self._w = self.vocab.mask_words
     self._m = _xgr.new_matcher(compiled._entry.grammar)
+    self._utf8 = _utf8.tables(self.vocab)
+    self._u8 = _utf8.CLEAN  # UTF-8 decoder state after the matcher's tokens (preview included)
+    self._u8_mark = _utf8.CLEAN  # ... and after the committed tokens, while a preview is open
     self._pending: int | None = None  # tokens accepted by an uncommitted preview
     self._frontier: np.ndarray | None = None  # int32 [1, W] mask of the committed state
     self._frontier_nonempty: bool | None = None
@@ -96,7 +101,7 @@ class OutputSession:
   @property
   def complete(self) -> bool:
     """The output may end now (EOS is legal) or has ended."""
-    return self.terminated or bool(self._m.is_completed())
+    return self.terminated or (self._u8 == _utf8.CLEAN and bool(self._m.is_completed()))
 
   @property
   def can_continue(self) -> bool:
@@ -128,19 +133,34 @@ class OutputSession:
       if self._m.is_terminated():
         buf.fill(0)
       else:
-        self._m.fill_next_token_bitmask(buf, 0)
-      self._set_frontier(buf)
+        self._fill(buf, 0, self._u8)
+      self._cache_frontier(buf)
     return self._frontier
+
+  def _fill(self, out: np.ndarray, i: int, u8: int) -> None:
+    """Fills row ``i`` of ``out`` with the matcher's legal set, corrected: no bit past V, and
+    only tokens that continue the UTF-8 decoder state ``u8`` validly."""
+    self._m.fill_next_token_bitmask(out, i)
+    row = out[i]
+    mask_layout.clear_spare_bits(row, self._v)
+    self._utf8.filter(row, u8)
 
   def _spare(self) -> np.ndarray:
     """The scratch row that does not hold the committed mask."""
     return self._bufs[1] if self._frontier is self._bufs[0] else self._bufs[0]
 
-  def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
-    """Caches the committed state's mask (int32 [1, W]; None = drop the cache) and, if
-    known, whether it is non-empty."""
+  def _cache_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
+    """Caches the committed state's corrected mask (int32 [1, W]; None = drop the cache) and,
+    if known, whether it is non-empty."""
     self._frontier = words
     self._frontier_nonempty = nonempty
+
+  def _set_frontier(self, words: np.ndarray, nonempty: bool | None = None) -> None:
+    """Caches ``words`` (int32 [1, W], filled by the matcher outside this session, e.g. a batch
+    fill) as the committed state's mask, corrected in place first (see `_fill`)."""
+    mask_layout.clear_spare_bits(words, self._v)
+    self._utf8.filter(words, self._u8)
+    self._cache_frontier(words, nonempty)
 
   def _frontier_ready(self) -> bool:
     if self._frontier_nonempty is None:
@@ -173,6 +193,7 @@ class OutputSession:
       out[:k + 1] = 0
       return states
     m = self._m
+    u8 = self._u8
     accepted = 0
     filled = 0  # rows 0..filled-1 of out were written (the rest get the zero filler)
     try:
@@ -181,16 +202,16 @@ class OutputSession:
           np.copyto(out[0], self._frontier[0])
           nonempty = self._frontier_ready()
         else:
-          m.fill_next_token_bitmask(out, i)
+          self._fill(out, i, u8)
           nonempty = None
           if i == 0:  # cache the committed mask: a repeated lookahead (redraw) reuses it
             spare = self._spare()
             np.copyto(spare, out[0:1])
-            self._set_frontier(spare)
+            self._cache_frontier(spare)
         filled = i + 1
         if i < k:
           d = int(drafts[i])
-          legal = 0 <= d < self._v and _bit(out[i], d)
+          legal = 0 <= d < self._v and mask_layout.bit(out[i], d)
           if legal:
             nonempty = True  # the draft's own bit proves the set non-empty (no scan)
         if not (nonempty if nonempty is not None else np.count_nonzero(out[i])):
@@ -200,6 +221,7 @@ class OutputSession:
         if i == k or not legal or not m.accept_token(d):
           break
         accepted += 1
+        u8 = self._utf8.next_state(u8, d)
         if m.is_terminated():
           break
     finally:
@@ -220,27 +242,32 @@ class OutputSession:
     if self._pending is not None:
       raise RuntimeError("preview while another preview is uncommitted")
     m = self._m
+    tab = self._utf8
+    u8 = self._u8
     accepted = 0
     if isinstance(tokens, np.ndarray):
       tokens = tokens.reshape(-1).tolist()
     for t in tokens:
       t = int(t)
-      if m.is_terminated() or not 0 <= t < self._v or not m.accept_token(t):
+      if (m.is_terminated() or not 0 <= t < self._v or not tab.ok(u8, t)
+          or not m.accept_token(t)):
         break
       accepted += 1
+      u8 = tab.next_state(u8, t)
     self._pending = accepted
+    self._u8_mark, self._u8 = self._u8, u8
     terminated = bool(m.is_terminated())
     buf = self._spare()
     if terminated:
       buf.fill(0)
     else:
-      m.fill_next_token_bitmask(buf, 0)
+      self._fill(buf, 0, u8)
     if terminated:
       complete = True
     elif self._eos_bits:  # the matcher allows EOS exactly when the output may end
       complete = any((int(buf[0, w]) >> b) & 1 for w, b in self._eos_bits)
     else:
-      complete = bool(m.is_completed())
+      complete = u8 == _utf8.CLEAN and bool(m.is_completed())
     nonempty = not terminated and (complete or np.count_nonzero(buf) != 0)
     self._pending_frontier = (buf, nonempty)
     return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
@@ -251,7 +278,7 @@ class OutputSession:
     if self._pending is None:
       return
     if self._pending:
-      self._set_frontier(*self._pending_frontier)
+      self._cache_frontier(*self._pending_frontier)
     self.tokens_committed += self._pending
     self._pending = None
     self._pending_frontier = None
@@ -262,6 +289,7 @@ class OutputSession:
       return
     if self._pending:
       self._m.rollback(self._pending)
+    self._u8 = self._u8_mark
     self._pending = None
     self._pending_frontier = None
 
@@ -295,14 +323,16 @@ class OutputSession:
     if not data:
       return []
     table, longest = self._ordinary_table()
+    tab, u8 = self._utf8, self._u8
     out: list[int] = []
     pos = 0
     try:
       while pos < len(data) and len(out) < max_n:
         for n in range(min(longest, len(data) - pos), 0, -1):
           t = table.get(data[pos:pos + n])
-          if t is not None and self._m.accept_token(t):
+          if t is not None and tab.ok(u8, t) and self._m.accept_token(t):
             out.append(t)
+            u8 = tab.next_state(u8, t)
             pos += n
             break
         else:
@@ -316,10 +346,11 @@ class OutputSession:
     """Tokens accepted while the legal set is exactly one non-EOS token (then rolled back)."""
     buf = np.zeros((1, self._w), np.int32)
     eos = set(self.vocab.eos_ids)
+    u8 = self._u8
     out: list[int] = []
     try:
       while len(out) < max_n and not self._m.is_terminated():
-        self._m.fill_next_token_bitmask(buf, 0)
+        self._fill(buf, 0, u8)
         nz = np.flatnonzero(buf[0])
         if len(nz) != 1:
           break
@@ -330,6 +361,7 @@ class OutputSession:
         if t in eos or not self._m.accept_token(t):
           break
         out.append(t)
+        u8 = self._utf8.next_state(u8, t)
     finally:
       if out:
         self._m.rollback(len(out))
@@ -350,12 +382,18 @@ class OutputSession:
   # --- continuation ----------------------------------------------------------------------------
 
   def _accept_prefix(self, prefix: bytes) -> None:
-    if self._m.accept_string(prefix):
-      return
+    u8, bad = _utf8.advance(_utf8.CLEAN, prefix)
+    head = prefix if bad < 0 else prefix[:bad]
+    if self._m.accept_string(head):
+      if bad < 0:
+        self._u8 = u8
+        return
+      raise PrefixError(f"the continuation prefix is not valid UTF-8: byte {bad} "
+                        f"({prefix[bad:bad + 8]!r}...) cannot follow the bytes before it", str(bad))
     # Locate the first byte the constraint refuses (on a fork; the session's matcher is fresh).
     probe = _xgr.new_matcher(self.compiled._entry.grammar)
     good = 0
-    for i in range(len(prefix)):
+    for i in range(len(head)):
       if not probe.accept_string(prefix[i:i + 1]):
         break
       good = i + 1

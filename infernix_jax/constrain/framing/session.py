@@ -154,15 +154,6 @@ class NameCompanion:
     return any(n in self.seen for n in names) or len(set(names)) < len(names)
 
 
-def _clear_bit(words: np.ndarray, t: int) -> None:
-  w = words.view(np.uint32)
-  w[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
-
-
-def _bit(words: np.ndarray, t: int) -> bool:
-  return bool((int(words.view(np.uint32)[t >> 5]) >> (t & 31)) & 1)
-
-
 class FramedSession:
   """One request's framed output state: matcher + decoder + companion (never shared).
 
@@ -233,7 +224,7 @@ class FramedSession:
     legal = cand[((u[cand >> 5] >> (cand & 31).astype(np.uint32)) & 1).astype(bool)]
     for t in legal:
       if comp.violates(int(t)):
-        _clear_bit(words, int(t))
+        mask_layout.clear_bit(words, int(t))
 
   def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
     """Masks and states for a draft chain (DESIGN.md section 3), companion applied."""
@@ -254,7 +245,7 @@ class FramedSession:
       if i == len(drafts):
         break
       d = int(drafts[i])
-      if not _bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
+      if not mask_layout.bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
         states[i + 1:], out[i + 1:len(states)] = mask_layout.UNREACHABLE, 0
         break
       comp.advance(d)
