@@ -16,7 +16,10 @@ state after it. In a pending state every mask is ANDed with that state's mask (a
 microseconds for W = 4,740); in the clean state nothing is done unless the vocabulary holds
 tokens that are invalid by themselves without starting on a continuation byte (none in
 Qwen3), whose bits are then cleared. A pending state also refuses EOS and control tokens: the
-output never ends, nor enters framing, inside a character.
+output never ends, nor enters framing, inside a character. A third kind of state, `FREE`,
+filters nothing: framing's reasoning is matched token by token (any token but ``</think>``,
+deliberately not required to be UTF-8), and the framed session switches to it at ``<think>``
+and back to `CLEAN` at ``</think>``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ NEED = (0, 1, 2, 3, 2, 2, 3, 3)
 LO = (0, 0x80, 0x80, 0x80, 0xA0, 0x80, 0x90, 0x80)
 HI = (0, 0xBF, 0xBF, 0xBF, 0xBF, 0x9F, 0xBF, 0x8F)
 N_STATES = len(NEED)
+FREE = N_STATES  # no text rule applies (framing's token-level reasoning): nothing is filtered
+
+
+def pending(state: int) -> bool:
+  """Whether ``state`` is inside a character (the output may neither end nor enter framing)."""
+  return CLEAN < state < FREE
 
 
 def _lead(b: int) -> int:
@@ -142,19 +151,22 @@ class Utf8Tables:
 
   def filter(self, words: np.ndarray, state: int) -> None:
     """Removes from the mask ``words`` ([W] or [1, W], in place) every token invalid in ``state``."""
-    if state:
+    if state == CLEAN:
+      if self.clean_bad.size:
+        words.reshape(-1).view(np.uint32)[self._bad_words] &= self._bad_keep
+    elif state != FREE:
       np.bitwise_and(words, self.allowed[state], out=words)
-    elif self.clean_bad.size:
-      words.reshape(-1).view(np.uint32)[self._bad_words] &= self._bad_keep
 
   def ok(self, state: int, token: int) -> bool:
     """Whether ``token`` continues ``state`` as strict UTF-8 (what `filter` keeps)."""
-    if state:
-      return mask_layout.bit(self.allowed[state], token)
-    return token not in self._clean_bad_set
+    if state == CLEAN:
+      return token not in self._clean_bad_set
+    return state == FREE or mask_layout.bit(self.allowed[state], token)
 
   def next_state(self, state: int, token: int) -> int:
     """The state after ``token`` (which `ok` accepted) in ``state``."""
+    if state == FREE:
+      return FREE
     if state:
       c = self.conts[token]
       if c and c < NEED[state]:

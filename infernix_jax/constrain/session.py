@@ -32,6 +32,7 @@ prefix refuse what the filter refuses, so a token is legal exactly when its mask
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping
 
 import numpy as np
 
@@ -67,15 +68,31 @@ class OutputSession:
   Create through `CompiledConstraint.new_session(prefix=...)`.
   """
 
-  def __init__(self, compiled, prefix: bytes | str = b""):
+  def __init__(self, compiled, prefix: bytes | str = b"", *,
+               utf8_switch: Mapping[int, int] | None = None, utf8_start: int = _utf8.CLEAN):
+    """Starts a session after the continuation ``prefix``.
+
+    Args:
+      compiled: the compiled constraint (its ``_entry.grammar`` and ``vocab`` are read).
+      prefix: bytes (or str, UTF-8 encoded) the output already holds.
+      utf8_switch: token id -> UTF-8 filter state after that token whatever the state before
+        (framing: ``<think>`` -> `_utf8.FREE`, the token-level reasoning that is not filtered;
+        ``</think>`` -> `_utf8.CLEAN`). None: every token is text.
+      utf8_start: the filter state at the start of the output (`_utf8.FREE` when the output
+        starts inside reasoning).
+
+    Raises:
+      PrefixError: no output of the constraint starts with ``prefix``, or it is not UTF-8.
+    """
     self.compiled = compiled
     self.vocab = compiled.vocab
     self._v = self.vocab.size
     self._w = self.vocab.mask_words
     self._m = _xgr.new_matcher(compiled._entry.grammar)
     self._utf8 = _utf8.tables(self.vocab)
-    self._u8 = _utf8.CLEAN  # UTF-8 decoder state after the matcher's tokens (preview included)
-    self._u8_mark = _utf8.CLEAN  # ... and after the committed tokens, while a preview is open
+    self._u8 = utf8_start  # UTF-8 decoder state after the matcher's tokens (preview included)
+    self._u8_mark = utf8_start  # ... and after the committed tokens, while a preview is open
+    self._u8_switch = dict(utf8_switch) if utf8_switch else None
     self._pending: int | None = None  # tokens accepted by an uncommitted preview
     self._frontier: np.ndarray | None = None  # int32 [1, W] mask of the committed state
     self._frontier_nonempty: bool | None = None
@@ -101,7 +118,7 @@ class OutputSession:
   @property
   def complete(self) -> bool:
     """The output may end now (EOS is legal) or has ended."""
-    return self.terminated or (self._u8 == _utf8.CLEAN and bool(self._m.is_completed()))
+    return self.terminated or (not _utf8.pending(self._u8) and bool(self._m.is_completed()))
 
   @property
   def can_continue(self) -> bool:
@@ -136,6 +153,13 @@ class OutputSession:
         self._fill(buf, 0, self._u8)
       self._cache_frontier(buf)
     return self._frontier
+
+  def _next_u8(self, u8: int, token: int) -> int:
+    """The UTF-8 filter state after ``token`` (accepted in state ``u8``)."""
+    sw = self._u8_switch
+    if sw is not None and token in sw:
+      return sw[token]
+    return self._utf8.next_state(u8, token)
 
   def _fill(self, out: np.ndarray, i: int, u8: int) -> None:
     """Fills row ``i`` of ``out`` with the matcher's legal set, corrected: no bit past V, and
@@ -221,7 +245,7 @@ class OutputSession:
         if i == k or not legal or not m.accept_token(d):
           break
         accepted += 1
-        u8 = self._utf8.next_state(u8, d)
+        u8 = self._next_u8(u8, d)
         if m.is_terminated():
           break
     finally:
@@ -253,7 +277,7 @@ class OutputSession:
           or not m.accept_token(t)):
         break
       accepted += 1
-      u8 = tab.next_state(u8, t)
+      u8 = self._next_u8(u8, t)
     self._pending = accepted
     self._u8_mark, self._u8 = self._u8, u8
     terminated = bool(m.is_terminated())
@@ -267,7 +291,7 @@ class OutputSession:
     elif self._eos_bits:  # the matcher allows EOS exactly when the output may end
       complete = any((int(buf[0, w]) >> b) & 1 for w, b in self._eos_bits)
     else:
-      complete = u8 == _utf8.CLEAN and bool(m.is_completed())
+      complete = not _utf8.pending(u8) and bool(m.is_completed())
     nonempty = not terminated and (complete or np.count_nonzero(buf) != 0)
     self._pending_frontier = (buf, nonempty)
     return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
@@ -332,7 +356,7 @@ class OutputSession:
           t = table.get(data[pos:pos + n])
           if t is not None and tab.ok(u8, t) and self._m.accept_token(t):
             out.append(t)
-            u8 = tab.next_state(u8, t)
+            u8 = self._next_u8(u8, t)
             pos += n
             break
         else:
@@ -361,7 +385,7 @@ class OutputSession:
         if t in eos or not self._m.accept_token(t):
           break
         out.append(t)
-        u8 = self._utf8.next_state(u8, t)
+        u8 = self._next_u8(u8, t)
     finally:
       if out:
         self._m.rollback(len(out))
@@ -382,7 +406,7 @@ class OutputSession:
   # --- continuation ----------------------------------------------------------------------------
 
   def _accept_prefix(self, prefix: bytes) -> None:
-    u8, bad = _utf8.advance(_utf8.CLEAN, prefix)
+    u8, bad = _utf8.advance(self._u8, prefix) if self._u8 != _utf8.FREE else (_utf8.FREE, -1)
     head = prefix if bad < 0 else prefix[:bad]
     if self._m.accept_string(head):
       if bad < 0:

@@ -22,9 +22,11 @@ import time
 import numpy as np
 
 from infernix_jax import mask_layout
+from infernix_jax.constrain import _utf8
 from infernix_jax.constrain.framing import _args, _compile
 from infernix_jax.constrain.framing.decoder import DecodedOutput, OutputDecoder
 from infernix_jax.constrain.framing.grammar import FramedGrammar
+from infernix_jax.constrain.framing.thinking import OutputPhase
 from infernix_jax.constrain.session import OutputSession, PreviewResult
 
 _PARAM_DELIM = (_args.VALUE_DELIMITER + "\n").encode()  # ends one parameter
@@ -167,7 +169,12 @@ class FramedSession:
     self.compiled = compiled
     self.framed = fg
     self.vocab = compiled.vocab
-    self._inner = OutputSession(compiled)
+    f = fg.framing
+    # Reasoning is matched token by token (not required to be UTF-8): the strict UTF-8 filter
+    # is off from <think> to </think>, and on for everything from the separator on.
+    self._inner = OutputSession(
+        compiled, utf8_switch={f.think_open: _utf8.FREE, f.think_close: _utf8.CLEAN},
+        utf8_start=_utf8.FREE if fg.phase is OutputPhase.THINKING else _utf8.CLEAN)
     self.decoder = OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
                                  tools_active=fg.tools_active, constrained=True)
     names = [n for n, c in fg.contracts.items() if not c.strict]
