@@ -150,7 +150,7 @@ class Utf8Tables:
     self.conts = bytes(conts)
 
   def filter(self, words: np.ndarray, state: int) -> None:
-    """Removes from the mask ``words`` ([W] or [1, W], in place) every token invalid in ``state``."""
+    """Removes from ``words`` ([W] or [1, W], in place) every token invalid in ``state``."""
     if state == CLEAN:
       if self.clean_bad.size:
         words.reshape(-1).view(np.uint32)[self._bad_words] &= self._bad_keep

@@ -101,6 +101,8 @@ class OutputSession:
     # fills the other (no allocation per round).
     self._bufs = (np.zeros((1, self._w), np.int32), np.zeros((1, self._w), np.int32))
     self._eos_bits = [(i >> 5, i & 31) for i in self.vocab.eos_ids]
+    # Bits of the last mask word that belong to ids < V (None: V is a multiple of 32).
+    self._last_keep = (1 << (self._v & 31)) - 1 if self._v & 31 else None
     self.tokens_committed = 0
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
@@ -165,9 +167,10 @@ class OutputSession:
     """Fills row ``i`` of ``out`` with the matcher's legal set, corrected: no bit past V, and
     only tokens that continue the UTF-8 decoder state ``u8`` validly."""
     self._m.fill_next_token_bitmask(out, i)
-    row = out[i]
-    mask_layout.clear_spare_bits(row, self._v)
-    self._utf8.filter(row, u8)
+    if self._last_keep is not None:  # what `mask_layout.clear_spare_bits` does, for one row
+      out[i, self._w - 1] &= self._last_keep
+    if u8 or self._utf8.clean_bad.size:
+      self._utf8.filter(out[i], u8)
 
   def _spare(self) -> np.ndarray:
     """The scratch row that does not hold the committed mask."""
@@ -179,11 +182,13 @@ class OutputSession:
     self._frontier = words
     self._frontier_nonempty = nonempty
 
-  def _set_frontier(self, words: np.ndarray, nonempty: bool | None = None) -> None:
+  def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
     """Caches ``words`` (int32 [1, W], filled by the matcher outside this session, e.g. a batch
-    fill) as the committed state's mask, corrected in place first (see `_fill`)."""
-    mask_layout.clear_spare_bits(words, self._v)
-    self._utf8.filter(words, self._u8)
+    fill) as the committed state's mask, corrected in place first (see `_fill`); None drops
+    the cache."""
+    if words is not None:
+      mask_layout.clear_spare_bits(words, self._v)
+      self._utf8.filter(words, self._u8)
     self._cache_frontier(words, nonempty)
 
   def _frontier_ready(self) -> bool:

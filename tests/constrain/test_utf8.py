@@ -53,7 +53,7 @@ def spare_bits(words: np.ndarray, vocab_size: int) -> np.ndarray:
   return np.flatnonzero(bits.any(axis=0)) + vocab_size
 
 
-# --- the reproduction and each front end -----------------------------------------------------------
+# --- the reproduction and each front end -------------------------------------------------------
 
 def test_qwen3_reproduction_surrogate_is_refused(qwen3_vocab, compiler, byte_ids):
   c = compiler.compile(ic.OutputConstraint.json_schema('{"type":"string"}'))
@@ -138,6 +138,22 @@ def test_gbnf_surrogate_escapes_are_rejected(compiler, gbnf, where):
   with pytest.raises(ic.GrammarSyntaxError) as e:
     compiler.compile(ic.OutputConstraint.grammar(gbnf))
   assert e.value.location == where
+
+
+def test_tokens_invalid_by_themselves_are_never_legal():
+  """A custom vocabulary whose tokens spell surrogates inside one token (no Qwen3 data)."""
+  toks = [b"<eos>", b"a", b"b", b"\xed", b"\x80", b"\xa0", b"\xed\xa0\x80", b"a\xed\xa0",
+          b"\xed\x9f\xbf", b"\xc3\xa9"]
+  v = ic.Vocabulary.from_tokens(toks, eos_ids=[0])
+  s = ic.ConstraintCompiler(v).compile(ic.OutputConstraint.grammar("root ::= [^b]+")).new_session()
+  allowed = legal(s, v)
+  assert [i for i in range(len(toks)) if allowed[i]] == [1, 3, 8, 9]
+  assert s.preview([1, 6]).accepted == 1
+  s.discard()
+  s.accept([1, 3])
+  allowed = legal(s, v)
+  assert [i for i in range(len(toks)) if allowed[i]] == [4]  # 80 only: no A0, no EOS
+  assert not s.complete
 
 
 # --- spare bits ----------------------------------------------------------------------------------
