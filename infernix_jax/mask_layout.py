@@ -55,6 +55,12 @@ def bit(words: np.ndarray, token: int) -> bool:
   return bool((int(words[token >> 5]) >> (token & 31)) & 1)
 
 
+def bits(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """Whether each of ``ids`` (int array [n]) has its bit set in the packed words ``[W]``."""
+  u = words.view(np.uint32)
+  return ((u[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+
+
 def clear_bit(words: np.ndarray, token: int) -> None:
   """Clears ``token``'s bit in the packed words ``[W]`` in place (int32 or uint32)."""
   words.view(np.uint32)[token >> 5] &= np.uint32(0xFFFFFFFF ^ (1 << (token & 31)))

@@ -100,7 +100,7 @@ class OutputSession:
     # Two scratch rows, double-buffered: the committed mask lives in one while a preview
     # fills the other (no allocation per round).
     self._bufs = (np.zeros((1, self._w), np.int32), np.zeros((1, self._w), np.int32))
-    self._eos_bits = [(i >> 5, i & 31) for i in self.vocab.eos_ids]
+    self._eos = list(self.vocab.eos_ids)
     # Bits of the last mask word that belong to ids < V (None: V is a multiple of 32).
     self._last_keep = (1 << (self._v & 31)) - 1 if self._v & 31 else None
     self.tokens_committed = 0
@@ -293,8 +293,8 @@ class OutputSession:
       self._fill(buf, 0, u8)
     if terminated:
       complete = True
-    elif self._eos_bits:  # the matcher allows EOS exactly when the output may end
-      complete = any((int(buf[0, w]) >> b) & 1 for w, b in self._eos_bits)
+    elif self._eos:  # the matcher allows EOS exactly when the output may end
+      complete = any(mask_layout.bit(buf[0], e) for e in self._eos)
     else:
       complete = not _utf8.pending(u8) and bool(m.is_completed())
     nonempty = not terminated and (complete or np.count_nonzero(buf) != 0)

@@ -227,9 +227,7 @@ class FramedSession:
   @staticmethod
   def _filter(comp: NameCompanion, words: np.ndarray) -> None:
     cand = comp._candidates
-    u = words.view(np.uint32)
-    legal = cand[((u[cand >> 5] >> (cand & 31).astype(np.uint32)) & 1).astype(bool)]
-    for t in legal:
+    for t in cand[mask_layout.bits(words, cand)]:
       if comp.violates(int(t)):
         mask_layout.clear_bit(words, int(t))
 
