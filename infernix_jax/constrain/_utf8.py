@@ -132,11 +132,11 @@ class Utf8Tables:
         tail[i] = s
     conts_a = np.frombuffer(bytes(conts), np.uint8)
     self.allowed = np.zeros((N_STATES, vocab.mask_words), np.int32)
-    in_range = lambda s: (first >= LO[s]) & (first <= HI[s])
     for s in range(1, N_STATES):
-      partial = (conts_a > 0) & (conts_a <= NEED[s])
-      whole = (conts_a == 0) & (lead == NEED[s]) & rest_ok
-      self.allowed[s] = mask_layout.pack(ordinary & in_range(s) & (partial | whole))
+      in_range = (first >= LO[s]) & (first <= HI[s])
+      partial = (conts_a > 0) & (conts_a <= NEED[s])  # continues, does not complete
+      whole = (conts_a == 0) & (lead == NEED[s]) & rest_ok  # completes, then valid text
+      self.allowed[s] = mask_layout.pack(ordinary & in_range & (partial | whole))
     starts = (first < 0x80) | ((first >= 0xC2) & (first <= 0xF4))
     self.clean_bad = np.flatnonzero(ordinary & starts & ~rest_ok).astype(np.int64)
     self._clean_bad_set = frozenset(self.clean_bad.tolist())
