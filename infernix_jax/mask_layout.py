@@ -20,8 +20,6 @@ READY = np.int8(0)
 DEAD_END = np.int8(1)
 UNREACHABLE = np.int8(2)
 
-STATE_NAMES = {int(READY): "Ready", int(DEAD_END): "DeadEnd", int(UNREACHABLE): "Unreachable"}
-
 
 def mask_words(vocab_size: int) -> int:
   """W = ceil(V / 32): int32 words needed for a vocabulary of ``vocab_size`` tokens."""
@@ -50,3 +48,32 @@ def unpack(words: np.ndarray, vocab_size: int) -> np.ndarray:
   bits = np.unpackbits(words.view(np.uint8).reshape(words.shape[:-1] + (w * 4, 1)), axis=-1,
                        bitorder="little")
   return bits.reshape(words.shape[:-1] + (w * 32,))[..., :vocab_size].astype(bool)
+
+
+def bit(words: np.ndarray, token: int) -> bool:
+  """Whether ``token``'s bit is set in the packed words ``[W]`` (int32 or uint32)."""
+  return bool((int(words[token >> 5]) >> (token & 31)) & 1)
+
+
+def bits(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """Whether each of ``ids`` (int array [n]) has its bit set in the packed words ``[W]``."""
+  u = words.view(np.uint32)
+  return ((u[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+
+
+def clear_bit(words: np.ndarray, token: int) -> None:
+  """Clears ``token``'s bit in the packed words ``[W]`` in place (int32 or uint32)."""
+  words.view(np.uint32)[token >> 5] &= np.uint32(0xFFFFFFFF ^ (1 << (token & 31)))
+
+
+def clear_spare_bits(words: np.ndarray, vocab_size: int) -> None:
+  """Zeroes, in place, the bits of ids ``vocab_size..32*W-1`` in words ``[..., W]``.
+
+  A matcher library may set them (the last word is filled whole); the layout says they are 0.
+  """
+  r = vocab_size & 31
+  last = mask_words(vocab_size) - 1
+  if r:
+    words[..., last] &= (1 << r) - 1
+  if words.shape[-1] > last + 1:
+    words[..., last + 1:] = 0

@@ -10,6 +10,7 @@ from .errors import GrammarSyntaxError
 # TokenTagDispatch, Regex and Substring change the language outside the rule bodies' syntax).
 _FORBIDDEN_CALLS = ("TagDispatch", "TokenTagDispatch", "Regex", "Substring")
 _XGR_LOCATION = re.compile(r"at line (\d+), column (\d+):\s*(.*)", re.S)
+_HEX = "0123456789abcdefABCDEF"
 
 
 def _loc(text: str, pos: int) -> str:
@@ -17,8 +18,32 @@ def _loc(text: str, pos: int) -> str:
   return f"{line}:{pos - (text.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
-def _scan_calls(text: str) -> None:
-  """Rejects the forbidden constructor calls, skipping strings, classes and comments."""
+def _escape_code_point(text: str, i: int) -> int | None:
+  """The code point of the numeric escape at ``text[i]`` (a backslash), as xgrammar reads it:
+  ``\\x`` + any number of hex digits, ``\\u`` + 4, ``\\U`` + 8; None for other escapes."""
+  kind = text[i + 1:i + 2]
+  if kind == "x":
+    j = i + 2
+    while j < len(text) and text[j] in _HEX:
+      j += 1
+    digits = text[i + 2:j]
+  elif kind in ("u", "U"):
+    digits = text[i + 2:i + (6 if kind == "u" else 10)]
+    if len(digits) != (4 if kind == "u" else 8) or any(c not in _HEX for c in digits):
+      return None
+  else:
+    return None
+  return int(digits, 16) if digits else None
+
+
+def _scan(text: str) -> None:
+  """Rejects the forbidden constructor calls and surrogate escapes, skipping comments.
+
+  A surrogate code point (U+D800..U+DFFF) is not a Unicode scalar value: its UTF-8 spelling is
+  invalid, and an escaped pair (``\\uD83D\\uDE00``) is two such code points, not one
+  character. A class range merely spanning the block (``[\\u0000-\\uFFFF]``) is allowed: the
+  sessions never emit a surrogate (strict UTF-8 filter).
+  """
   i, n = 0, len(text)
   while i < n:
     c = text[i]
@@ -29,6 +54,13 @@ def _scan_calls(text: str) -> None:
       close = '"' if c == '"' else "]"
       i += 1
       while i < n and text[i] != close and text[i] != "\n":
+        if text[i] == "\\":
+          cp = _escape_code_point(text, i)
+          if cp is not None and 0xD800 <= cp <= 0xDFFF:
+            raise GrammarSyntaxError(
+                f"this escape denotes U+{cp:04X}, a surrogate code point, not a character (its "
+                "UTF-8 form is invalid); write the character itself or escape its code point "
+                "(\\U0001F600, not \\uD83D\\uDE00)", _loc(text, i))
         i += 2 if text[i] == "\\" else 1
       i += 1
     elif c.isalpha() or c == "_":
@@ -58,9 +90,9 @@ def check_gbnf(text: str) -> str:
     The text to compile (the source itself: it is its own canonical form).
 
   Raises:
-    GrammarSyntaxError: with ``line:column`` for syntax errors, bad escapes, unterminated
-      strings or classes, undefined rules, a missing ``root`` rule, or unsupported
-      constructors.
+    GrammarSyntaxError: with ``line:column`` for syntax errors, bad escapes (surrogate code
+      points included), unterminated strings or classes, undefined rules, a missing ``root``
+      rule, or unsupported constructors.
   """
   if not isinstance(text, str):
     raise GrammarSyntaxError(f"a grammar must be a string, got {type(text).__name__}")
@@ -72,7 +104,7 @@ def check_gbnf(text: str) -> str:
   if "\x00" in text:
     raise GrammarSyntaxError("the grammar holds a NUL character; write it as \\x00 inside a "
                              "literal", _loc(text, text.index("\x00")))
-  _scan_calls(text)
+  _scan(text)
   from . import _xgr  # deferred: the checker's pure-Python part needs no xgrammar
 
   try:

@@ -21,16 +21,23 @@ Ready with the legal prefix's mask.
 
 The mask of the committed state is cached: preview computes it (to report ``dead_end``) and
 the next lookahead reuses it for position 0, so a round fills each distinct state once.
+
+Every mask the matcher fills is corrected before anyone reads it: the bits of ids past V are
+cleared (the layout says they are 0; xgrammar may set them in the last word), and the strict
+UTF-8 filter of `_utf8` is applied for the decoder state at that position (the session tracks
+it over committed, previewed and lookahead tokens). preview, jump-forward and the continuation
+prefix refuse what the filter refuses, so a token is legal exactly when its mask bit is set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping
 
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.constrain import _xgr
+from infernix_jax.constrain import _utf8, _xgr
 from infernix_jax.constrain.errors import PrefixError
 from infernix_jax.constrain.vocab import ORDINARY
 
@@ -55,22 +62,37 @@ class PreviewResult:
   dead_end: bool
 
 
-def _bit(words: np.ndarray, token: int) -> bool:
-  return bool((int(words[token >> 5]) >> (token & 31)) & 1)
-
-
 class OutputSession:
   """One request's grammar state (one matcher, never shared). Not thread-safe: one caller.
 
   Create through `CompiledConstraint.new_session(prefix=...)`.
   """
 
-  def __init__(self, compiled, prefix: bytes | str = b""):
+  def __init__(self, compiled, prefix: bytes | str = b"", *,
+               utf8_switch: Mapping[int, int] | None = None, utf8_start: int = _utf8.CLEAN):
+    """Starts a session after the continuation ``prefix``.
+
+    Args:
+      compiled: the compiled constraint (its ``_entry.grammar`` and ``vocab`` are read).
+      prefix: bytes (or str, UTF-8 encoded) the output already holds.
+      utf8_switch: token id -> UTF-8 filter state after that token whatever the state before
+        (framing: ``<think>`` -> `_utf8.FREE`, the token-level reasoning that is not filtered;
+        ``</think>`` -> `_utf8.CLEAN`). None: every token is text.
+      utf8_start: the filter state at the start of the output (`_utf8.FREE` when the output
+        starts inside reasoning).
+
+    Raises:
+      PrefixError: no output of the constraint starts with ``prefix``, or it is not UTF-8.
+    """
     self.compiled = compiled
     self.vocab = compiled.vocab
     self._v = self.vocab.size
     self._w = self.vocab.mask_words
     self._m = _xgr.new_matcher(compiled._entry.grammar)
+    self._utf8 = _utf8.tables(self.vocab)
+    self._u8 = utf8_start  # UTF-8 decoder state after the matcher's tokens (preview included)
+    self._u8_mark = utf8_start  # ... and after the committed tokens, while a preview is open
+    self._u8_switch = dict(utf8_switch) if utf8_switch else None
     self._pending: int | None = None  # tokens accepted by an uncommitted preview
     self._frontier: np.ndarray | None = None  # int32 [1, W] mask of the committed state
     self._frontier_nonempty: bool | None = None
@@ -78,7 +100,9 @@ class OutputSession:
     # Two scratch rows, double-buffered: the committed mask lives in one while a preview
     # fills the other (no allocation per round).
     self._bufs = (np.zeros((1, self._w), np.int32), np.zeros((1, self._w), np.int32))
-    self._eos_bits = [(i >> 5, i & 31) for i in self.vocab.eos_ids]
+    self._eos = list(self.vocab.eos_ids)
+    # Bits of the last mask word that belong to ids < V (None: V is a multiple of 32).
+    self._last_keep = (1 << (self._v & 31)) - 1 if self._v & 31 else None
     self.tokens_committed = 0
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
@@ -96,7 +120,7 @@ class OutputSession:
   @property
   def complete(self) -> bool:
     """The output may end now (EOS is legal) or has ended."""
-    return self.terminated or bool(self._m.is_completed())
+    return self.terminated or (not _utf8.pending(self._u8) and bool(self._m.is_completed()))
 
   @property
   def can_continue(self) -> bool:
@@ -128,19 +152,44 @@ class OutputSession:
       if self._m.is_terminated():
         buf.fill(0)
       else:
-        self._m.fill_next_token_bitmask(buf, 0)
-      self._set_frontier(buf)
+        self._fill(buf, 0, self._u8)
+      self._cache_frontier(buf)
     return self._frontier
+
+  def _next_u8(self, u8: int, token: int) -> int:
+    """The UTF-8 filter state after ``token`` (accepted in state ``u8``)."""
+    sw = self._u8_switch
+    if sw is not None and token in sw:
+      return sw[token]
+    return self._utf8.next_state(u8, token)
+
+  def _fill(self, out: np.ndarray, i: int, u8: int) -> None:
+    """Fills row ``i`` of ``out`` with the matcher's legal set, corrected: no bit past V, and
+    only tokens that continue the UTF-8 decoder state ``u8`` validly."""
+    self._m.fill_next_token_bitmask(out, i)
+    if self._last_keep is not None:  # what `mask_layout.clear_spare_bits` does, for one row
+      out[i, self._w - 1] &= self._last_keep
+    if u8 or self._utf8.clean_bad.size:
+      self._utf8.filter(out[i], u8)
 
   def _spare(self) -> np.ndarray:
     """The scratch row that does not hold the committed mask."""
     return self._bufs[1] if self._frontier is self._bufs[0] else self._bufs[0]
 
-  def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
-    """Caches the committed state's mask (int32 [1, W]; None = drop the cache) and, if
-    known, whether it is non-empty."""
+  def _cache_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
+    """Caches the committed state's corrected mask (int32 [1, W]; None = drop the cache) and,
+    if known, whether it is non-empty."""
     self._frontier = words
     self._frontier_nonempty = nonempty
+
+  def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
+    """Caches ``words`` (int32 [1, W], filled by the matcher outside this session, e.g. a batch
+    fill) as the committed state's mask, corrected in place first (see `_fill`); None drops
+    the cache."""
+    if words is not None:
+      mask_layout.clear_spare_bits(words, self._v)
+      self._utf8.filter(words, self._u8)
+    self._cache_frontier(words, nonempty)
 
   def _frontier_ready(self) -> bool:
     if self._frontier_nonempty is None:
@@ -173,6 +222,7 @@ class OutputSession:
       out[:k + 1] = 0
       return states
     m = self._m
+    u8 = self._u8
     accepted = 0
     filled = 0  # rows 0..filled-1 of out were written (the rest get the zero filler)
     try:
@@ -181,16 +231,16 @@ class OutputSession:
           np.copyto(out[0], self._frontier[0])
           nonempty = self._frontier_ready()
         else:
-          m.fill_next_token_bitmask(out, i)
+          self._fill(out, i, u8)
           nonempty = None
           if i == 0:  # cache the committed mask: a repeated lookahead (redraw) reuses it
             spare = self._spare()
             np.copyto(spare, out[0:1])
-            self._set_frontier(spare)
+            self._cache_frontier(spare)
         filled = i + 1
         if i < k:
           d = int(drafts[i])
-          legal = 0 <= d < self._v and _bit(out[i], d)
+          legal = 0 <= d < self._v and mask_layout.bit(out[i], d)
           if legal:
             nonempty = True  # the draft's own bit proves the set non-empty (no scan)
         if not (nonempty if nonempty is not None else np.count_nonzero(out[i])):
@@ -200,6 +250,7 @@ class OutputSession:
         if i == k or not legal or not m.accept_token(d):
           break
         accepted += 1
+        u8 = self._next_u8(u8, d)
         if m.is_terminated():
           break
     finally:
@@ -220,27 +271,32 @@ class OutputSession:
     if self._pending is not None:
       raise RuntimeError("preview while another preview is uncommitted")
     m = self._m
+    tab = self._utf8
+    u8 = self._u8
     accepted = 0
     if isinstance(tokens, np.ndarray):
       tokens = tokens.reshape(-1).tolist()
     for t in tokens:
       t = int(t)
-      if m.is_terminated() or not 0 <= t < self._v or not m.accept_token(t):
+      if (m.is_terminated() or not 0 <= t < self._v or not tab.ok(u8, t)
+          or not m.accept_token(t)):
         break
       accepted += 1
+      u8 = self._next_u8(u8, t)
     self._pending = accepted
+    self._u8_mark, self._u8 = self._u8, u8
     terminated = bool(m.is_terminated())
     buf = self._spare()
     if terminated:
       buf.fill(0)
     else:
-      m.fill_next_token_bitmask(buf, 0)
+      self._fill(buf, 0, u8)
     if terminated:
       complete = True
-    elif self._eos_bits:  # the matcher allows EOS exactly when the output may end
-      complete = any((int(buf[0, w]) >> b) & 1 for w, b in self._eos_bits)
+    elif self._eos:  # the matcher allows EOS exactly when the output may end
+      complete = any(mask_layout.bit(buf[0], e) for e in self._eos)
     else:
-      complete = bool(m.is_completed())
+      complete = not _utf8.pending(u8) and bool(m.is_completed())
     nonempty = not terminated and (complete or np.count_nonzero(buf) != 0)
     self._pending_frontier = (buf, nonempty)
     return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
@@ -251,7 +307,7 @@ class OutputSession:
     if self._pending is None:
       return
     if self._pending:
-      self._set_frontier(*self._pending_frontier)
+      self._cache_frontier(*self._pending_frontier)
     self.tokens_committed += self._pending
     self._pending = None
     self._pending_frontier = None
@@ -262,6 +318,7 @@ class OutputSession:
       return
     if self._pending:
       self._m.rollback(self._pending)
+    self._u8 = self._u8_mark
     self._pending = None
     self._pending_frontier = None
 
@@ -295,14 +352,16 @@ class OutputSession:
     if not data:
       return []
     table, longest = self._ordinary_table()
+    tab, u8 = self._utf8, self._u8
     out: list[int] = []
     pos = 0
     try:
       while pos < len(data) and len(out) < max_n:
         for n in range(min(longest, len(data) - pos), 0, -1):
           t = table.get(data[pos:pos + n])
-          if t is not None and self._m.accept_token(t):
+          if t is not None and tab.ok(u8, t) and self._m.accept_token(t):
             out.append(t)
+            u8 = self._next_u8(u8, t)
             pos += n
             break
         else:
@@ -316,10 +375,11 @@ class OutputSession:
     """Tokens accepted while the legal set is exactly one non-EOS token (then rolled back)."""
     buf = np.zeros((1, self._w), np.int32)
     eos = set(self.vocab.eos_ids)
+    u8 = self._u8
     out: list[int] = []
     try:
       while len(out) < max_n and not self._m.is_terminated():
-        self._m.fill_next_token_bitmask(buf, 0)
+        self._fill(buf, 0, u8)
         nz = np.flatnonzero(buf[0])
         if len(nz) != 1:
           break
@@ -330,6 +390,7 @@ class OutputSession:
         if t in eos or not self._m.accept_token(t):
           break
         out.append(t)
+        u8 = self._next_u8(u8, t)
     finally:
       if out:
         self._m.rollback(len(out))
@@ -350,12 +411,18 @@ class OutputSession:
   # --- continuation ----------------------------------------------------------------------------
 
   def _accept_prefix(self, prefix: bytes) -> None:
-    if self._m.accept_string(prefix):
-      return
+    u8, bad = _utf8.advance(self._u8, prefix) if self._u8 != _utf8.FREE else (_utf8.FREE, -1)
+    head = prefix if bad < 0 else prefix[:bad]
+    if self._m.accept_string(head):
+      if bad < 0:
+        self._u8 = u8
+        return
+      raise PrefixError(f"the continuation prefix is not valid UTF-8: byte {bad} "
+                        f"({prefix[bad:bad + 8]!r}...) cannot follow the bytes before it", str(bad))
     # Locate the first byte the constraint refuses (on a fork; the session's matcher is fresh).
     probe = _xgr.new_matcher(self.compiled._entry.grammar)
     good = 0
-    for i in range(len(prefix)):
+    for i in range(len(head)):
       if not probe.accept_string(prefix[i:i + 1]):
         break
       good = i + 1

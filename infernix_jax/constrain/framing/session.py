@@ -22,9 +22,11 @@ import time
 import numpy as np
 
 from infernix_jax import mask_layout
+from infernix_jax.constrain import _utf8
 from infernix_jax.constrain.framing import _args, _compile
 from infernix_jax.constrain.framing.decoder import DecodedOutput, OutputDecoder
 from infernix_jax.constrain.framing.grammar import FramedGrammar
+from infernix_jax.constrain.framing.thinking import OutputPhase
 from infernix_jax.constrain.session import OutputSession, PreviewResult
 
 _PARAM_DELIM = (_args.VALUE_DELIMITER + "\n").encode()  # ends one parameter
@@ -154,15 +156,6 @@ class NameCompanion:
     return any(n in self.seen for n in names) or len(set(names)) < len(names)
 
 
-def _clear_bit(words: np.ndarray, t: int) -> None:
-  w = words.view(np.uint32)
-  w[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
-
-
-def _bit(words: np.ndarray, t: int) -> bool:
-  return bool((int(words.view(np.uint32)[t >> 5]) >> (t & 31)) & 1)
-
-
 class FramedSession:
   """One request's framed output state: matcher + decoder + companion (never shared).
 
@@ -176,7 +169,12 @@ class FramedSession:
     self.compiled = compiled
     self.framed = fg
     self.vocab = compiled.vocab
-    self._inner = OutputSession(compiled)
+    f = fg.framing
+    # Reasoning is matched token by token (not required to be UTF-8): the strict UTF-8 filter
+    # is off from <think> to </think>, and on for everything from the separator on.
+    self._inner = OutputSession(
+        compiled, utf8_switch={f.think_open: _utf8.FREE, f.think_close: _utf8.CLEAN},
+        utf8_start=_utf8.FREE if fg.phase is OutputPhase.THINKING else _utf8.CLEAN)
     self.decoder = OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
                                  tools_active=fg.tools_active, constrained=True)
     names = [n for n, c in fg.contracts.items() if not c.strict]
@@ -229,11 +227,9 @@ class FramedSession:
   @staticmethod
   def _filter(comp: NameCompanion, words: np.ndarray) -> None:
     cand = comp._candidates
-    u = words.view(np.uint32)
-    legal = cand[((u[cand >> 5] >> (cand & 31).astype(np.uint32)) & 1).astype(bool)]
-    for t in legal:
+    for t in cand[mask_layout.bits(words, cand)]:
       if comp.violates(int(t)):
-        _clear_bit(words, int(t))
+        mask_layout.clear_bit(words, int(t))
 
   def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
     """Masks and states for a draft chain (DESIGN.md section 3), companion applied."""
@@ -254,7 +250,7 @@ class FramedSession:
       if i == len(drafts):
         break
       d = int(drafts[i])
-      if not _bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
+      if not mask_layout.bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
         states[i + 1:], out[i + 1:len(states)] = mask_layout.UNREACHABLE, 0
         break
       comp.advance(d)
