@@ -66,6 +66,9 @@ flags.DEFINE_string("tool-choice", "auto", "With --tools-file: auto | none | req
 flags.DEFINE_boolean("unconstrained", False, "Run the built-in prompt without a constraint.")
 flags.DEFINE_multi_string("stop", None, "Extra stop strings (unconstrained output only).")
 flags.DEFINE_string("bridge", "stages", "Host bridge: stages | callback.")
+flags.DEFINE_boolean("device-automaton", False, "Choice constraints compiled by the trie "
+                     "backend take their masks from a device-resident automaton inside the "
+                     "round (no host lookahead); same tokens.")
 flags.DEFINE_string("backend", "auto", "Constraint backend by registered name: auto (choice "
                     "sets above the trie threshold -> trie, else xgrammar), xgrammar, trie, "
                     "llguidance, ...")
@@ -190,7 +193,8 @@ def generate() -> dict:
   load_s = time.perf_counter() - t0
   capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
   engine = Engine(model, vocab, drafter, lanes=1, capacity=capacity, bridge=f.bridge,
-                  masked_q=f["masked-q"].value, cfg=cfg)
+                  masked_q=f["masked-q"].value, cfg=cfg,
+                  device_automaton=f["device-automaton"].value)
 
   def stream(event):
     if f.stream and event.text:
