@@ -187,7 +187,8 @@ class RoundHost:
           continue
         forced[i, :len(got)] = got
         n_forced[i] = len(got)
-    inp = DraftInput(anchor=self.anchor.copy(), lengths=self.lengths.copy(), seed=seed,
+    inp = DraftInput(anchor=self.anchor.copy(), lengths=self.lengths.copy(),
+                     seed=np.asarray(seed, np.uint32),
                      position=self.positions(), limit=self.limit.copy(), forced=forced,
                      n_forced=n_forced)
     if self.drafter.on_device:

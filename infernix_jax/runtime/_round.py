@@ -62,6 +62,26 @@ class RoundArgs:
   automaton: Any = None  # DeviceAutomaton of the trie lanes (device_automaton option)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RoundInputs:
+  """What the host's `begin` step hands the device each round (one pytree).
+
+  Attributes:
+    draft: the drafter's DraftInput (anchor, lengths, seed, position, limit, forced tokens).
+    drafts: i32[B, K] host drafters' proposal (zeros for device drafters); n: i32[B].
+    constrained: bool[] some lane needs host lookahead masks this round.
+    nodes: i32[B] trie lanes' states in the device automaton; trie_rows: bool[B] those lanes.
+  """
+
+  draft: DraftInput
+  drafts: Any
+  n: Any
+  constrained: Any
+  nodes: Any
+  trie_rows: Any
+
+
 @dataclasses.dataclass(frozen=True)
 class RoundStatics:
   """Static facts of the compiled round (hashable: jit static argument)."""
@@ -148,24 +168,21 @@ _JIT = {
 def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
   """One round over every lane -> (DeviceState, stop flag from the host's commit step)."""
   drafter = st.drafter
-  (anchor, lengths, position, limit, forced, n_forced, host_drafts, host_n, constrained,
-   nodes, trie_rows) = io.host("begin", token)
-  inp = DraftInput(anchor=anchor, lengths=lengths, seed=args.seed, position=position,
-                   limit=limit, forced=forced, n_forced=n_forced)
+  inp = io.host("begin", token)
   dstate = dev.dstate
   if drafter.on_device:
-    prop, dstate = io.device(propose_step, drafter, args.dparams, dstate, inp)
+    prop, dstate = io.device(propose_step, drafter, args.dparams, dstate, inp.draft)
   else:
-    prop = Proposal(host_drafts, host_n, OneHotQ())
-  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache, lengths,
-                                    anchor, prop.drafts)
-  mask, states, enabled = io.masks(constrained, prop.drafts, prop.n)
+    prop = Proposal(inp.drafts, inp.n, OneHotQ())
+  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache,
+                                    inp.draft.lengths, inp.draft.anchor, prop.drafts)
+  mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
-    mask, states, enabled = io.automaton(args.automaton, nodes, trie_rows, prop.drafts, prop.n,
-                                         mask, states, enabled)
+    mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
+                                         prop.n, mask, states, enabled)
   accepted, tokens, flags, n = io.device(
-      finish_step, logits, mask, states, enabled, prop, args.params, args.seed, position,
-      vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling)
+      finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
+      inp.draft.position, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling)
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
   if drafter.on_device:
     dstate = io.device(advance_step, drafter, args.dparams, dstate, out_tokens, counts, hidden)
@@ -184,9 +201,9 @@ class HostSteps:
     h = self.host
     inp, prop = h.begin(self.seed)
     nodes, rows = h.automaton_rows()
-    return (inp.anchor, inp.lengths, inp.position, inp.limit, inp.forced, inp.n_forced,
-            np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32),
-            np.bool_(h.any_constrained()), nodes, rows)
+    return RoundInputs(draft=inp, drafts=np.asarray(prop.drafts, np.int32),
+                       n=np.asarray(prop.n, np.int32), constrained=np.bool_(h.any_constrained()),
+                       nodes=nodes, trie_rows=rows)
 
   def masks(self, drafts, n):
     mask, states, enabled = self.host.masks(drafts, n)
@@ -268,10 +285,12 @@ class CallbackIO:
 def _shapes(b: int, k: int, w: int) -> dict:
   i32, s = jnp.int32, jax.ShapeDtypeStruct
   p = k + 1
+  lane = s((b,), i32)
+  draft = DraftInput(anchor=lane, lengths=lane, seed=s((b,), jnp.uint32), position=lane,
+                     limit=lane, forced=s((b, k), i32), n_forced=lane)
   return {
-      "begin": (s((b,), i32), s((b,), i32), s((b,), i32), s((b,), i32), s((b, k), i32),
-                s((b,), i32), s((b, k), i32), s((b,), i32), s((), jnp.bool_), s((b,), i32),
-                s((b,), jnp.bool_)),
+      "begin": RoundInputs(draft=draft, drafts=s((b, k), i32), n=lane,
+                           constrained=s((), jnp.bool_), nodes=lane, trie_rows=s((b,), jnp.bool_)),
       "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),
       "commit": (s((b, p), i32), s((b,), i32), s((b,), jnp.bool_), s((), jnp.bool_)),
   }
