@@ -1,0 +1,854 @@
+"""The llguidance constraint backend: JSON Schema, GBNF, regex and choice through llguidance.
+
+Axis letters (docs/CONTRACTS.md): R rows, K drafts, V vocabulary, W mask words.
+
+The matcher library is imported lazily, here only (``import infernix_jax.constrain`` never
+loads it; it loads no torch). How our constraints map onto it:
+
+  ===========  ==========================================================================
+  kind         what llguidance gets
+  ===========  ==========================================================================
+  json_schema  the user's schema through llguidance's own JSON Schema compiler, with
+               whitespace runs of at most ``max_whitespace`` of ``[ \\n\\t]`` between
+               tokens (xgrammar's set) and ``lenient`` passed as its ``lenient`` option;
+               dropped keywords are read back from its warnings
+  json_object  the schema ``{"type": "object"}`` with the same options
+  grammar      GBNF checked by our GBNF checker, converted by llguidance's ``gbnf_to_lark``
+  regex        the exact pattern our ECMAScript-style checker emits (``_regex``)
+  choice       the canonical literal set as one alternation of escaped literals
+  ===========  ==========================================================================
+
+Token facts come from our Vocabulary, never from Hugging Face files: ordinary tokens are
+their exact bytes; EOS and control tokens are spelled ``0xFF`` + their spelling, which is
+llguidance's special-token marker (0xFF never occurs in UTF-8, so no text rule matches them;
+EOS is legal exactly when the grammar may end); unused ids are empty and never legal.
+
+EOS is never fed to the llguidance matcher: a session records "EOS accepted" itself. (When
+the grammar cannot extend, llguidance takes EOS without recording it on its token stack, so
+a later rollback would undo one token too many.) An illegal token is never fed either
+(llguidance's matcher stays in an error state forever after one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from infernix_jax import mask_layout
+from infernix_jax.constrain import errors
+from infernix_jax.constrain.session import PreviewResult
+from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
+from infernix_jax.constrain.vocab import CONTROL, EOS, ORDINARY, Vocabulary
+
+NAME = "llguidance"
+READY, DEAD_END, UNREACHABLE = mask_layout.READY, mask_layout.DEAD_END, mask_layout.UNREACHABLE
+SPECIAL_MARKER = b"\xff"  # llguidance's special-token prefix (never valid UTF-8)
+# JSON whitespace between tokens: the characters xgrammar allows, so both backends agree.
+WHITESPACE_CLASS = r"[\x20\x0A\x09]"
+# JSON string escapes llguidance may emit: every character then has exactly one spelling
+# (no \\uXXXX, no \\/), so a key spelled with escapes can never pass for a declared name or
+# slip past a patternProperties pattern. Narrowing: strings holding U+0000..U+001F other than
+# \\b \\f \\n \\r \\t cannot be generated.
+JSON_ESCAPES = '"\\bfnrt'
+NEVER_MATCHES = r"[^\x{0}-\x{10FFFF}]"
+# Bytes charged per compiled grammar on top of its text: llguidance reports no compiled size
+# (its lexer automaton grows lazily while sessions run), so the cache budget uses an estimate.
+COMPILED_OVERHEAD_BYTES = 64 * 1024
+
+_import_lock = threading.Lock()
+_executor_lock = threading.Lock()
+_executor: Any = None
+
+
+def _llg():
+  """The llguidance module (imported on first use)."""
+  with _import_lock:
+    import llguidance
+
+    return llguidance
+
+
+def _limits():
+  return _llg().LLParserLimits(verbose_errors=False)
+
+
+def version() -> str:
+  """The installed llguidance version."""
+  return _llg().__version__
+
+
+# --- vocabulary ------------------------------------------------------------------------------
+
+
+class _Encoder:
+  """Greedy longest-match tokenizer over ordinary tokens (what llguidance calls to re-tokenize
+  forced bytes). Never raises: a byte no ordinary token starts with is skipped."""
+
+  def __init__(self, vocab: Vocabulary):
+    table: dict[bytes, int] = {}
+    cls = vocab.token_class
+    for i in range(vocab.size - 1, -1, -1):
+      b = vocab.token_bytes[i]
+      if cls[i] == ORDINARY and b and not b.startswith(SPECIAL_MARKER):
+        table[b] = i
+    self.table = table
+    self.longest = max((len(b) for b in table), default=1)
+
+  def __call__(self, data) -> list[int]:
+    if isinstance(data, str):
+      data = data.encode("utf-8", errors="surrogatepass")
+    out: list[int] = []
+    pos, n = 0, len(data)
+    while pos < n:
+      for k in range(min(self.longest, n - pos), 0, -1):
+        t = self.table.get(data[pos:pos + k])
+        if t is not None:
+          out.append(t)
+          pos += k
+          break
+      else:
+        pos += 1
+    return out
+
+
+class _TokenizerSource:
+  """The object ``llguidance.TokenizerWrapper`` reads (tokens, EOS, encoder)."""
+
+  def __init__(self, vocab: Vocabulary, encoder: _Encoder):
+    cls = vocab.token_class
+    tokens = []
+    for i, b in enumerate(vocab.token_bytes):
+      if cls[i] == ORDINARY and not b.startswith(SPECIAL_MARKER):
+        tokens.append(b)
+      elif cls[i] in (CONTROL, EOS) or (cls[i] == ORDINARY and b):
+        # Special: never matched by text. An ordinary token starting with 0xFF is not UTF-8
+        # either, so no constraint of ours can spell it; marking it special is exact.
+        tokens.append(SPECIAL_MARKER + (b if b else b"<|id%d|>" % i))
+      else:
+        tokens.append(b"")  # unused: empty, never legal
+    self.tokens = tokens
+    self.eos_token_id = vocab.eos_ids[0] if vocab.eos_ids else None
+    self.bos_token_id = None
+    self.special_token_ids = [i for i, t in enumerate(tokens) if t.startswith(SPECIAL_MARKER)]
+    self._encode = encoder
+
+  def __call__(self, data) -> list[int]:
+    return self._encode(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class _VocabIndex:
+  tokenizer: Any  # llguidance.LLTokenizer
+  encoder: _Encoder
+  eos: frozenset
+
+
+def vocab_index(vocab: Vocabulary) -> _VocabIndex:
+  """llguidance's tokenizer for ``vocab``, built once per vocabulary (thread-safe, lazy)."""
+
+  def build():
+    llg = _llg()
+    encoder = _Encoder(vocab)
+    src = _TokenizerSource(vocab, encoder)
+    eos = list(vocab.eos_ids)
+    tok = llg.LLTokenizer(llg.TokenizerWrapper(src), n_vocab=vocab.size,
+                          eos_token=eos if eos else None)
+    return _VocabIndex(tok, encoder, frozenset(eos))
+
+  return vocab.lazy("llguidance.LLTokenizer", build)
+
+
+def _executor_for() -> Any:
+  global _executor
+  with _executor_lock:
+    if _executor is None:
+      _executor = _llg().LLExecutor()
+    return _executor
+
+
+# --- compile ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompiledLLGuidance:
+  """An immutable compiled constraint: the grammar and a pristine matcher sessions copy.
+
+  Attributes:
+    vocab: the token domain.
+    constraint: what was compiled.
+    compiled_source: the llguidance grammar text (JSON: ``{"grammars": [...]}``).
+    dropped: ``(json_pointer, keyword)`` of each keyword ignored under ``lenient=True``.
+    nbytes: estimated bytes (grammar text + a fixed overhead; llguidance reports no size).
+  """
+
+  vocab: Vocabulary
+  constraint: OutputConstraint
+  compiled_source: str
+  dropped: tuple
+  nbytes: int
+  _template: Any = dataclasses.field(repr=False)
+
+  def new_session(self, prefix: bytes | str = b"") -> "LLGuidanceSession":
+    """A session positioned after the continuation ``prefix`` (PrefixError)."""
+    return LLGuidanceSession(self, prefix)
+
+
+_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+
+
+def _first_line(msg: str) -> str:
+  lines = [s for s in str(msg).strip().splitlines() if s.strip()]
+  return lines[0].strip() if lines else "unknown error"
+
+
+def _schema_error(msg: str, doc: Any) -> errors.ConstraintError:
+  """Maps an llguidance JSON-compiler message to our error class."""
+  m = _UNIMPLEMENTED.search(msg)
+  if m:
+    keys = [k.strip().strip('"') for k in m.group(1).split(",") if k.strip()]
+    ptrs = _keyword_pointers(doc, set(keys))
+    loc = ptrs[0][0] + "/" + _esc(ptrs[0][1]) if ptrs else None
+    return errors.UnsupportedConstraintError(
+        NAME, f"JSON Schema keyword {keys[0] if keys else '?'}",
+        f"llguidance does not implement {', '.join(keys)} (lenient=True drops it)", loc)
+  m = _UNKNOWN_FORMAT.search(msg)
+  if m:
+    ptrs = [p for p in _keyword_pointers(doc, {"format"})]
+    loc = ptrs[0][0] + "/format" if ptrs else None
+    return errors.UnsupportedConstraintError(
+        NAME, f"format {m.group(1)}", "llguidance does not know this format (lenient=True "
+        "drops it)", loc)
+  if "regex" in msg.lower() and "parse error" in msg.lower():
+    ptrs = _keyword_pointers(doc, {"pattern"})
+    return errors.RegexError(f"a pattern is not a valid regex: {_one_line(msg)}",
+                             ptrs[0][0] + "/pattern" if len(ptrs) == 1 else None)
+  if "retriev" in msg or "registry" in msg:
+    return errors.UnsupportedConstraintError(NAME, "remote $ref", _first_line(msg))
+  if any(s in msg for s in ("too complex", "limit", "too large", "too many", "fuel")):
+    return errors.UnsupportedConstraintError(NAME, "a grammar this large", _first_line(msg))
+  if "not supported" in msg or "nsupported" in msg or "not implemented" in msg:
+    return errors.UnsupportedConstraintError(NAME, "this schema construct", _first_line(msg))
+  return errors.SchemaError(f"llguidance rejects the schema: {_first_line(msg)}", "")
+
+
+def _one_line(msg: str) -> str:
+  return " ".join(s.strip() for s in str(msg).splitlines() if s.strip())[:200]
+
+
+def _esc(key: str) -> str:
+  return key.replace("~", "~0").replace("/", "~1")
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONE = ("not", "if", "then", "else", "additionalProperties", "contains", "propertyNames",
+               "unevaluatedItems", "unevaluatedProperties", "additionalItems", "items")
+
+
+def _keyword_pointers(doc: Any, keywords: set) -> list[tuple[str, str]]:
+  """(JSON Pointer of the schema, keyword) for each occurrence of ``keywords`` in ``doc``."""
+  out: list[tuple[str, str]] = []
+
+  def walk(node: Any, ptr: str) -> None:
+    if not isinstance(node, dict):
+      return
+    for k, v in node.items():
+      if k in keywords:
+        out.append((ptr, k))
+      if k in _SCHEMA_MAPS and isinstance(v, dict):
+        for name, sub in v.items():
+          walk(sub, f"{ptr}/{k}/{_esc(name)}")
+      elif k in _SCHEMA_LISTS or k == "items":
+        if isinstance(v, list):
+          for i, sub in enumerate(v):
+            walk(sub, f"{ptr}/{k}/{i}")
+        else:
+          walk(v, f"{ptr}/{k}")
+      elif k in _SCHEMA_ONE or (k == "dependencies" and isinstance(v, dict)):
+        if k == "dependencies":
+          for name, sub in v.items():
+            walk(sub, f"{ptr}/{k}/{_esc(name)}")
+        else:
+          walk(v, f"{ptr}/{k}")
+
+  walk(doc, "")
+  return out
+
+
+def _ecma_pattern(pattern: Any, ptr: str) -> Any:
+  """A JSON Schema ``pattern`` (ECMAScript, search semantics) as an anchored regex with
+  explicit classes, so llguidance's Rust-regex reading cannot change its language (``\\s``,
+  ``\\d``, ``.``, ``^``/``$`` differ between the two dialects)."""
+  if not isinstance(pattern, str):
+    return pattern
+  from infernix_jax.constrain import _regex
+
+  try:
+    node = _regex._branches_node(_regex.parse(pattern), search=True, alphabet=_regex.ANY)
+  except errors.RegexError as e:
+    raise errors.RegexError(f"invalid pattern: {e.message}", ptr) from None
+  if node is None:
+    return NEVER_MATCHES
+  return "^(?:" + _regex._emit(node) + ")$"
+
+
+_SPELLABLE_CONTROLS = frozenset("\b\f\n\r\t")
+
+
+def _unspellable(value: Any) -> bool:
+  """Whether a JSON value holds a string (or key) character no allowed escape can spell."""
+  if isinstance(value, str):
+    return any(ord(ch) < 0x20 and ch not in _SPELLABLE_CONTROLS for ch in value)
+  if isinstance(value, dict):
+    return any(_unspellable(k) or _unspellable(x) for k, x in value.items())
+  if isinstance(value, list):
+    return any(_unspellable(x) for x in value)
+  return False
+
+
+def _rewrite_patterns(node: Any, ptr: str) -> Any:
+  """A copy of the schema ``node`` with every ``pattern`` and ``patternProperties`` key
+  rewritten by `_ecma_pattern`."""
+  if not isinstance(node, dict):
+    return node
+  out = {}
+  for k, v in node.items():
+    at = f"{ptr}/{_esc(k)}"
+    if k == "pattern":
+      v = _ecma_pattern(v, at)
+    elif k in ("const", "enum") and _unspellable(v):
+      raise errors.UnsupportedConstraintError(
+          NAME, f"{k} strings holding control characters",
+          "with \\u escapes disabled llguidance cannot spell U+0000..U+001F other than "
+          "\\b \\f \\n \\r \\t (and would silently drop them)", at)
+    elif k == "patternProperties" and isinstance(v, dict):
+      v = {_ecma_pattern(name, f"{at}/{_esc(name)}"): _rewrite_patterns(sub, f"{at}/{_esc(name)}")
+           for name, sub in v.items()}
+    elif k in _SCHEMA_MAPS and isinstance(v, dict):
+      v = {name: _rewrite_patterns(sub, f"{at}/{_esc(name)}") for name, sub in v.items()}
+    elif k in _SCHEMA_LISTS or k == "items":
+      v = ([_rewrite_patterns(sub, f"{at}/{i}") for i, sub in enumerate(v)]
+           if isinstance(v, list) else _rewrite_patterns(v, at))
+    elif k in _SCHEMA_ONE:
+      v = _rewrite_patterns(v, at)
+    elif k == "dependencies" and isinstance(v, dict):
+      v = {name: _rewrite_patterns(sub, f"{at}/{_esc(name)}") for name, sub in v.items()}
+    out[k] = v
+  return out
+
+
+def _json_options(c: OutputConstraint) -> dict:
+  n = int(c.max_whitespace)
+  opts: dict[str, Any] = {"lenient": bool(c.lenient), "json_allowed_escapes": JSON_ESCAPES}
+  if n == 0:
+    opts["whitespace_flexible"] = False
+  else:
+    opts["whitespace_flexible"] = True
+    opts["whitespace_pattern"] = f"{WHITESPACE_CLASS}{{0,{n}}}"
+  return opts
+
+
+def _regex_literal(text: str) -> str:
+  """A regex matching exactly ``text`` (every non-alphanumeric character escaped)."""
+  return "".join(ch if ch.isascii() and ch.isalnum() else "\\x{%X}" % ord(ch) for ch in text)
+
+
+def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
+  """(llguidance grammar text, parsed schema or None, error class for compile failures)."""
+  llg = _llg()
+  kind = ConstraintKind(c.kind)
+  if kind in (ConstraintKind.JSON_SCHEMA, ConstraintKind.JSON_OBJECT):
+    from infernix_jax.constrain import _schema
+
+    if kind == ConstraintKind.JSON_OBJECT:
+      doc: Any = {"type": "object"}
+    else:
+      doc = _schema.parse_schema_text(c.source)
+      if doc is True:
+        doc = {}
+      elif doc is False:
+        raise errors.SchemaError("no JSON value satisfies this schema (it is false)", "")
+      elif not isinstance(doc, dict):
+        raise errors.SchemaError("a JSON Schema must be an object or a boolean", "")
+    text = _schema.dumps(_rewrite_patterns(doc, ""))
+    try:
+      grammar = llg.LLMatcher.grammar_from_json_schema(text, overrides=_json_options(c))
+    except ValueError as e:
+      raise errors.SchemaError(f"llguidance cannot read the schema: {_first_line(e)}", "") from None
+    return grammar, doc, errors.SchemaError
+  if kind == ConstraintKind.GRAMMAR:
+    from infernix_jax.constrain import _gbnf
+
+    if not isinstance(c.source, str):
+      raise errors.GrammarSyntaxError(f"a grammar must be a string, got {type(c.source).__name__}")
+    text = _gbnf.check_gbnf(c.source)
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+
+    try:
+      lark = gbnf_to_lark(text)
+    except Exception as e:  # noqa: BLE001  (the converter raises plain Exception)
+      raise errors.UnsupportedConstraintError(NAME, "this GBNF grammar",
+                                              f"gbnf_to_lark: {_first_line(e)}") from None
+    return llg.LLMatcher.grammar_from_lark(lark), None, errors.GrammarSyntaxError
+  if kind == ConstraintKind.REGEX:
+    from infernix_jax.constrain import _regex
+
+    if not isinstance(c.source, str):
+      raise errors.RegexError(f"a regex must be a string, got {type(c.source).__name__}")
+    return llg.LLMatcher.grammar_from_regex(_regex.check_regex(c.source)), None, errors.RegexError
+  if kind == ConstraintKind.CHOICE:
+    from infernix_jax.constrain import _choice
+
+    values = _choice.canonical_choices(c.source)
+    rx = "(?:" + "|".join(_regex_literal(v) for v in values) + ")"
+    return llg.LLMatcher.grammar_from_regex(rx), None, errors.ChoiceError
+  raise errors.UnsupportedConstraintError(NAME, f"constraint kind {c.kind!r}")
+
+
+def _dropped(warnings: Sequence[str], doc: Any) -> tuple:
+  keys: set = set()
+  for w in warnings:
+    m = _UNIMPLEMENTED.search(w)
+    if m:
+      keys |= {k.strip().strip('"') for k in m.group(1).split(",") if k.strip()}
+    if _UNKNOWN_FORMAT.search(w):
+      keys.add("format")
+  if not keys or doc is None:
+    return ()
+  found = _keyword_pointers(doc, keys)
+  if "format" in keys and not any(w for w in warnings if _UNIMPLEMENTED.search(w)
+                                  and "format" in w):
+    # Only the unknown formats were dropped, not the known ones llguidance enforces.
+    unknown = {m.group(1).strip('"\'.,') for w in warnings for m in [_UNKNOWN_FORMAT.search(w)]
+               if m}
+    found = [(p, k) for p, k in found if k != "format" or _format_at(doc, p) in unknown]
+  return tuple(dict.fromkeys((f"{p}/{_esc(k)}", k) for p, k in found))
+
+
+def _format_at(doc: Any, ptr: str) -> Any:
+  node = doc
+  for part in ptr.split("/")[1:]:
+    part = part.replace("~1", "/").replace("~0", "~")
+    node = node[int(part)] if isinstance(node, list) else node.get(part, {})
+  return node.get("format") if isinstance(node, dict) else None
+
+
+# --- backend ---------------------------------------------------------------------------------
+
+
+class LLGuidanceBackend:
+  """llguidance behind the `ConstraintBackend` interface (a stateless singleton)."""
+
+  name: ClassVar[str] = NAME
+
+  def check(self, constraint: OutputConstraint) -> None:
+    """Refuses what this backend cannot express, without compiling.
+
+    Raises:
+      UnsupportedConstraintError: a framed constraint (framing compiles elsewhere).
+    """
+    if constraint.framing:
+      raise errors.UnsupportedConstraintError(
+          NAME, "framed constraints", "compile framed grammars through "
+          "infernix_jax.constrain.framing")
+    try:
+      ConstraintKind(constraint.kind)
+    except ValueError:
+      raise errors.UnsupportedConstraintError(NAME, f"constraint kind {constraint.kind!r}") \
+          from None
+
+  def build(self, vocab: Vocabulary, constraint: OutputConstraint) -> CompiledLLGuidance:
+    """Validates and compiles ``constraint`` for ``vocab`` (uncached).
+
+    Returns:
+      A `CompiledLLGuidance` (``nbytes``, ``compiled_source``, ``dropped``).
+
+    Raises:
+      ConstraintError: invalid input (GrammarSyntaxError, SchemaError, RegexError,
+        ChoiceError) or a construct llguidance cannot express (UnsupportedConstraintError).
+    """
+    if not isinstance(constraint, OutputConstraint):
+      raise TypeError(f"expected an OutputConstraint, got {type(constraint).__name__}")
+    self.check(constraint)
+    if constraint.max_whitespace < 0:
+      raise errors.FeatureConflictError(f"max_whitespace={constraint.max_whitespace} must be >= 0")
+    llg = _llg()
+    index = vocab_index(vocab)
+    grammar, doc, error_cls = _grammar_for(constraint)
+    is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(
+        grammar, index.tokenizer, limits=_limits())
+    if is_error:
+      raise self._error(error_cls, messages[0] if messages else "invalid grammar", doc)
+    template = llg.LLMatcher(index.tokenizer, grammar, log_level=0, limits=_limits())
+    if template.is_error():
+      raise self._error(error_cls, template.get_error(), doc)
+    dropped = _dropped(messages, doc) if constraint.lenient else ()
+    buf = np.zeros(vocab.mask_words, np.int32)
+    template.unsafe_compute_mask_ptr(buf.ctypes.data, buf.nbytes)
+    if template.is_error():
+      raise self._error(error_cls, template.get_error(), doc)
+    if not buf.any():
+      cls = errors.SchemaError if error_cls is errors.SchemaError else errors.ConstraintError
+      raise cls("no output satisfies this constraint with this vocabulary (the first position "
+                "has no legal token)", "" if cls is errors.SchemaError else None)
+    return CompiledLLGuidance(vocab, constraint, grammar, dropped,
+                              len(grammar.encode("utf-8")) + COMPILED_OVERHEAD_BYTES, template)
+
+  @staticmethod
+  def _error(error_cls: type, msg: str, doc: Any) -> errors.ConstraintError:
+    if error_cls is errors.SchemaError:
+      return _schema_error(msg, doc)
+    if any(s in msg for s in ("too complex", "limit", "too large", "too many", "fuel")):
+      return errors.UnsupportedConstraintError(NAME, "a grammar this large", _first_line(msg))
+    if error_cls is errors.GrammarSyntaxError:
+      # Our GBNF checker accepted the syntax: what llguidance refuses is a construct.
+      return errors.UnsupportedConstraintError(NAME, "this GBNF grammar", _first_line(msg))
+    return error_cls(f"llguidance cannot compile it: {_first_line(msg)}")
+
+  def new_session(self, compiled: CompiledLLGuidance, prefix: bytes = b"") -> "LLGuidanceSession":
+    """A session on ``compiled`` positioned after the continuation ``prefix`` (PrefixError)."""
+    return LLGuidanceSession(compiled, prefix)
+
+  def fill_batch(self, sessions: Sequence["LLGuidanceSession"], drafts: np.ndarray,
+                 n_drafts: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Lookahead of many sessions in one llguidance executor call (its thread pool).
+
+    Args:
+      sessions: R sessions opened by this backend.
+      drafts: i32[R, K]; n_drafts: i32[R] real extent per row (0..K).
+      out: C-contiguous int32 [R, K+1, W]; every position is written.
+
+    Returns:
+      int8 [R, K+1] states, exactly what per-row `lookahead` gives.
+    """
+    r = len(sessions)
+    drafts = np.asarray(drafts)
+    n_drafts = np.asarray(n_drafts).reshape(-1)
+    if out.ndim != 3 or out.shape[0] != r:
+      raise ValueError(f"out {out.shape} must be [R={r}, K+1, W]")
+    if not out.flags.c_contiguous or out.dtype != np.int32 or not out.flags.writeable:
+      raise ValueError("out must be a C-contiguous writable int32 array")
+    p = out.shape[1]
+    states = np.full((r, p), UNREACHABLE, np.int8)
+    out.fill(0)
+    jobs, rows = [], []
+    for b, s in enumerate(sessions):
+      if not isinstance(s, LLGuidanceSession):
+        raise TypeError(f"row {b}: not an llguidance session ({type(s).__name__})")
+      if s._pending is not None:
+        raise RuntimeError(f"row {b}: lookahead while a preview is uncommitted")
+      n = int(n_drafts[b])
+      if not 0 <= n <= p - 1:
+        raise ValueError(f"n_drafts[{b}]={n} must be in 0..{p - 1}")
+      if s._eos:
+        continue
+      chain = [int(t) for t in drafts[b, :n]]
+      # llguidance walks the chain itself; stop it before EOS (never fed) and ids >= V.
+      cut = next((i for i, t in enumerate(chain) if t in s._eos_ids or not 0 <= t < s._v),
+                 len(chain))
+      jobs.append((s._m, b * p, chain[:cut]))
+      rows.append((b, s, chain))
+    if jobs:
+      flat = out.reshape(r * p, out.shape[2])
+      executor = _executor_for()
+      chains = [j for j in jobs if j[2]]  # the library refuses an empty draft list
+      bare = [(m, at) for m, at, c in jobs if not c]
+      if chains:
+        executor.unsafe_compute_mask_ptr_with_draft_token(chains, flat.ctypes.data,
+                                                          out.shape[2] * 4, r * p)
+      if bare:
+        executor.unsafe_compute_mask_ptr(bare, flat.ctypes.data, out.shape[2] * 4, r * p)
+    for b, s, chain in rows:
+      if s._m.is_error():
+        raise RuntimeError(f"row {b}: llguidance matcher error: {_first_line(s._m.get_error())}")
+      states[b] = _states_from_masks(out[b], chain, s._v, s._eos_ids)
+    return states
+
+
+def _states_from_masks(masks: np.ndarray, chain: list, v: int, eos_ids: frozenset) -> np.ndarray:
+  """Lookahead states of one row given its filled masks [K+1, W]; zeroes the filler rows."""
+  p = masks.shape[0]
+  states = np.full(p, UNREACHABLE, np.int8)
+  k = len(chain)
+  for i in range(k + 1):
+    if not masks[i].any():
+      states[i] = DEAD_END
+      masks[i + 1:] = 0
+      break
+    states[i] = READY
+    if i == k:
+      masks[i + 1:] = 0
+      break
+    d = chain[i]
+    if not (0 <= d < v and _bit(masks[i], d)) or d in eos_ids:
+      masks[i + 1:] = 0
+      break
+  return states
+
+
+def _bit(words: np.ndarray, token: int) -> bool:
+  return bool((int(words[token >> 5]) >> (token & 31)) & 1)
+
+
+# --- session ---------------------------------------------------------------------------------
+
+
+class LLGuidanceSession:
+  """One request's llguidance matcher with the transactions of DESIGN.md section 4.
+
+  Same semantics as `OutputSession` (lookahead / preview / commit / discard / accept,
+  fill_mask, forced_tokens, flags). Not thread-safe: one caller.
+  """
+
+  backend = NAME
+
+  def __init__(self, compiled: CompiledLLGuidance, prefix: bytes | str = b""):
+    self.compiled = compiled
+    self.vocab = compiled.vocab
+    self._v = self.vocab.size
+    self._w = self.vocab.mask_words
+    index = vocab_index(self.vocab)
+    self._index = index
+    self._eos_ids = index.eos
+    self._m = compiled._template.deep_copy()
+    self._eos = False  # EOS accepted (committed, or by the pending preview)
+    self._pending: int | None = None  # tokens accepted by an uncommitted preview (with EOS)
+    self._pending_fed = 0  # of them, fed to the matcher (EOS is not)
+    self._frontier: np.ndarray | None = None  # int32 [W] mask of the committed state
+    self._pending_frontier: np.ndarray | None = None
+    self._bufs = (np.zeros(self._w, np.int32), np.zeros(self._w, np.int32))
+    self._eos_words = [(i >> 5, i & 31) for i in sorted(self._eos_ids)]
+    self.tokens_committed = 0
+    if isinstance(prefix, str):
+      prefix = prefix.encode("utf-8")
+    self.prefix = bytes(prefix)
+    if self.prefix:
+      self._accept_prefix(self.prefix)
+
+  # --- flags -----------------------------------------------------------------------------------
+
+  @property
+  def terminated(self) -> bool:
+    """EOS was accepted (committed or previewed state)."""
+    return self._eos
+
+  @property
+  def complete(self) -> bool:
+    """The output may end now (EOS is legal) or has ended."""
+    return self._eos or bool(self._m.is_accepting())
+
+  @property
+  def can_continue(self) -> bool:
+    """Some non-EOS token is legal now ("may end" is not "must end")."""
+    if self._eos:
+      return False
+    words = self._pending_frontier if self._pending is not None else self._frontier_mask()
+    allowed = mask_layout.unpack(words, self._v)
+    allowed[list(self._eos_ids)] = False
+    return bool(allowed.any())
+
+  @property
+  def previewing(self) -> bool:
+    """An uncommitted preview exists (lookahead is refused until commit or discard)."""
+    return self._pending is not None
+
+  # --- masks -----------------------------------------------------------------------------------
+
+  def _fill(self, row: np.ndarray) -> None:
+    """The matcher's current legal set into ``row`` (int32 [W], contiguous)."""
+    self._m.unsafe_compute_mask_ptr(row.ctypes.data, self._w * 4)
+    if self._m.is_error():
+      raise RuntimeError(f"llguidance matcher error: {_first_line(self._m.get_error())}")
+
+  def _spare(self) -> np.ndarray:
+    return self._bufs[1] if self._frontier is self._bufs[0] else self._bufs[0]
+
+  def _frontier_mask(self) -> np.ndarray:
+    if self._frontier is None:
+      buf = self._spare()
+      if self._eos:
+        buf.fill(0)
+      else:
+        self._fill(buf)
+      self._frontier = buf
+    return self._frontier
+
+  def fill_mask(self, out: np.ndarray) -> bool:
+    """Writes the committed state's legal set into ``out`` (int32 [W]); False when empty."""
+    if self._pending is not None:
+      raise RuntimeError("fill_mask while a preview is uncommitted: commit() or discard() first")
+    out[...] = self._frontier_mask()
+    return bool(out.any())
+
+  def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
+    """Per-position masks and states for a draft chain, with no persistent side effect.
+
+    Args:
+      drafts: int [K] proposed token ids (only new proposals, not the anchor).
+      out: C-contiguous int32 numpy buffer [K+1, W] (more rows allowed; they are untouched).
+
+    Returns:
+      int8 [K+1] states (READY / DEAD_END / UNREACHABLE) of positions 0..K.
+    """
+    if self._pending is not None:
+      raise RuntimeError("lookahead while a preview is uncommitted: commit() or discard() first")
+    drafts = [int(t) for t in (np.asarray(drafts).reshape(-1) if isinstance(drafts, np.ndarray)
+                               else drafts)]
+    k = len(drafts)
+    if not isinstance(out, np.ndarray) or out.dtype != np.int32 or not out.flags.c_contiguous \
+        or not out.flags.writeable:
+      raise ValueError("out must be a C-contiguous writable int32 numpy array")
+    if out.ndim != 2 or out.shape[0] < k + 1 or out.shape[1] != self._w:
+      raise ValueError(f"out {out.shape} must be [K+1={k + 1}, W={self._w}]")
+    states = np.full(k + 1, UNREACHABLE, np.int8)
+    if self._eos:
+      out[:k + 1] = 0
+      return states
+    fed = 0
+    filled = 0
+    try:
+      for i in range(k + 1):
+        if i == 0:
+          np.copyto(out[0], self._frontier_mask())
+        else:
+          self._fill(out[i])
+        filled = i + 1
+        if not out[i].any():
+          states[i] = DEAD_END
+          break
+        states[i] = READY
+        if i == k:
+          break
+        d = drafts[i]
+        if not (0 <= d < self._v and _bit(out[i], d)) or d in self._eos_ids:
+          break
+        if not self._m.consume_token(d):
+          raise RuntimeError(f"llguidance refused token {d} that its mask allowed: "
+                             f"{_first_line(self._m.get_error())}")
+        fed += 1
+    finally:
+      if fed and not self._m.rollback(fed):
+        raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
+      if filled < k + 1:
+        out[filled:k + 1] = 0
+    return states
+
+  # --- transactions ----------------------------------------------------------------------------
+
+  def preview(self, tokens) -> PreviewResult:
+    """Provisionally accepts the produced tokens (longest legal prefix, stopping after EOS).
+
+    Returns:
+      A `PreviewResult` for the state after the accepted prefix.
+    """
+    if self._pending is not None:
+      raise RuntimeError("preview while another preview is uncommitted")
+    tokens = [int(t) for t in (np.asarray(tokens).reshape(-1) if isinstance(tokens, np.ndarray)
+                               else tokens)]
+    accepted = fed = 0
+    if not self._eos:
+      cut = next((i for i, t in enumerate(tokens) if t in self._eos_ids or not 0 <= t < self._v),
+                 len(tokens))
+      body = tokens[:cut]
+      n = self._m.validate_tokens(body) if body else 0
+      if n and not self._m.consume_tokens(body[:n]):
+        raise RuntimeError(f"llguidance refused tokens it validated: "
+                           f"{_first_line(self._m.get_error())}")
+      accepted = fed = n
+      if n == cut and cut < len(tokens) and tokens[cut] in self._eos_ids \
+          and self._m.is_accepting():
+        self._eos = True
+        accepted += 1
+    self._pending, self._pending_fed = accepted, fed
+    buf = self._spare()
+    if self._eos:
+      buf.fill(0)
+      complete = True
+    else:
+      self._fill(buf)
+      complete = bool(self._m.is_accepting())
+    nonempty = not self._eos and (complete or bool(buf.any()))
+    self._pending_frontier = buf
+    return PreviewResult(accepted=accepted, complete=complete, terminated=self._eos,
+                         dead_end=not self._eos and not nonempty)
+
+  def commit(self) -> None:
+    """Confirms the preview (allocates and checks nothing)."""
+    if self._pending is None:
+      return
+    if self._pending:
+      self._frontier = self._pending_frontier
+    self.tokens_committed += self._pending
+    self._pending = None
+    self._pending_frontier = None
+
+  def discard(self) -> None:
+    """Returns to the state before the preview."""
+    if self._pending is None:
+      return
+    if self._pending_fed and not self._m.rollback(self._pending_fed):
+      raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
+    if self._pending > self._pending_fed:  # the preview accepted EOS
+      self._eos = False
+    self._pending = None
+    self._pending_frontier = None
+
+  def accept(self, tokens) -> PreviewResult:
+    """preview + commit in one step (forced control, tests)."""
+    r = self.preview(tokens)
+    self.commit()
+    return r
+
+  # --- jump-forward ----------------------------------------------------------------------------
+
+  def forced_tokens(self, max_n: int) -> list[int]:
+    """Tokens the grammar forces next, for jump-forward drafting (may be ``[]``).
+
+    Method: llguidance's fast-forward tokens (its forced bytes, tokenized by our greedy
+    encoder and trimmed so that the last token cannot be extended into a different one),
+    cut to the prefix the matcher validates and to ``max_n``. Never EOS; no side effect.
+    """
+    if max_n <= 0 or self._pending is not None or self._eos:
+      return []
+    ff = [int(t) for t in self._m.compute_ff_tokens()]
+    if self._m.is_error():
+      raise RuntimeError(f"llguidance matcher error: {_first_line(self._m.get_error())}")
+    ff = ff[:max_n]
+    cut = next((i for i, t in enumerate(ff) if t in self._eos_ids or not 0 <= t < self._v),
+               len(ff))
+    ff = ff[:cut]
+    if not ff:
+      return []
+    return ff[:self._m.validate_tokens(ff)]
+
+  # --- continuation ----------------------------------------------------------------------------
+
+  def _accept_prefix(self, prefix: bytes) -> None:
+    enc = self._index.encoder
+    ids = enc(prefix)
+    spelled = b"".join(self.vocab.token_bytes[i] for i in ids)
+    n = self._m.validate_tokens(ids) if ids else 0
+    if n == len(ids) and spelled == prefix:
+      if ids and not self._m.consume_tokens(ids):
+        raise RuntimeError(f"llguidance refused a validated prefix: {self._m.get_error()}")
+      return
+    # Locate the first refused byte: the validated tokens, then byte by byte on a copy.
+    good = sum(len(self.vocab.token_bytes[i]) for i in ids[:n])
+    probe = self._m.deep_copy()
+    if n:
+      probe.consume_tokens(ids[:n])
+    while good < len(prefix):
+      t = enc.table.get(prefix[good:good + 1])
+      if t is None or probe.validate_tokens([t]) != 1:
+        break
+      probe.consume_token(t)
+      good += 1
+    raise errors.PrefixError(
+        f"the continuation prefix cannot start an output of this constraint: byte {good} "
+        f"({prefix[good:good + 8]!r}...) is not allowed there", str(good))
