@@ -9,8 +9,8 @@ loads it; it loads no torch). How our constraints map onto it:
   kind         what llguidance gets
   ===========  ==========================================================================
   json_schema  the user's schema through llguidance's own JSON Schema compiler, with
-               whitespace runs of at most ``max_whitespace`` of ``[ \\n\\t]`` between
-               tokens (xgrammar's set) and ``lenient`` passed as its ``lenient`` option;
+               whitespace runs of at most ``max_whitespace`` of ``[ \\t\\n\\r]`` between
+               tokens (as xgrammar) and ``lenient`` passed as its ``lenient`` option;
                dropped keywords are read back from its warnings
   json_object  the schema ``{"type": "object"}`` with the same options
   grammar      GBNF checked by our GBNF checker, converted by llguidance's ``gbnf_to_lark``
@@ -48,12 +48,12 @@ from infernix_jax.constrain.vocab import CONTROL, EOS, ORDINARY, Vocabulary
 NAME = "llguidance"
 READY, DEAD_END, UNREACHABLE = mask_layout.READY, mask_layout.DEAD_END, mask_layout.UNREACHABLE
 SPECIAL_MARKER = b"\xff"  # llguidance's special-token prefix (never valid UTF-8)
-# JSON whitespace between tokens: the characters xgrammar allows, so both backends agree.
-WHITESPACE_CLASS = r"[\x20\x0A\x09]"
+# JSON whitespace between tokens (RFC 8259; the set xgrammar allows too).
+WHITESPACE_CLASS = r"[\x20\x0A\x0D\x09]"
 # JSON string escapes llguidance may emit: every character then has exactly one spelling
 # (no \\uXXXX, no \\/), so a key spelled with escapes can never pass for a declared name or
 # slip past a patternProperties pattern. Narrowing: strings holding U+0000..U+001F other than
-# \\b \\f \\n \\r \\t cannot be generated.
+# \\b \\f \\n \\r \\t, or U+007F (llguidance wants it escaped), cannot be generated.
 JSON_ESCAPES = '"\\bfnrt'
 NEVER_MATCHES = r"[^\x{0}-\x{10FFFF}]"
 # Bytes charged per compiled grammar on top of its text: llguidance reports no compiled size
@@ -304,7 +304,8 @@ _SPELLABLE_CONTROLS = frozenset("\b\f\n\r\t")
 def _unspellable(value: Any) -> bool:
   """Whether a JSON value holds a string (or key) character no allowed escape can spell."""
   if isinstance(value, str):
-    return any(ord(ch) < 0x20 and ch not in _SPELLABLE_CONTROLS for ch in value)
+    return any((ord(ch) < 0x20 and ch not in _SPELLABLE_CONTROLS) or ch == "\x7f"
+               for ch in value)
   if isinstance(value, dict):
     return any(_unspellable(k) or _unspellable(x) for k, x in value.items())
   if isinstance(value, list):
@@ -326,7 +327,7 @@ def _rewrite_patterns(node: Any, ptr: str) -> Any:
       raise errors.UnsupportedConstraintError(
           NAME, f"{k} strings holding control characters",
           "with \\u escapes disabled llguidance cannot spell U+0000..U+001F other than "
-          "\\b \\f \\n \\r \\t (and would silently drop them)", at)
+          "\\b \\f \\n \\r \\t, nor U+007F (and would silently drop them)", at)
     elif k == "patternProperties" and isinstance(v, dict):
       v = {_ecma_pattern(name, f"{at}/{_esc(name)}"): _rewrite_patterns(sub, f"{at}/{_esc(name)}")
            for name, sub in v.items()}
@@ -623,6 +624,8 @@ class LLGuidanceSession:
     self._frontier: np.ndarray | None = None  # int32 [W] mask of the committed state
     self._pending_frontier: np.ndarray | None = None
     self._bufs = (np.zeros(self._w, np.int32), np.zeros(self._w, np.int32))
+    self._scratch = np.zeros(self._w, np.int32)
+    self._known: Sequence[int] = []  # the last lookahead's legal chain (committed state)
     self._eos_words = [(i >> 5, i & 31) for i in sorted(self._eos_ids)]
     self.tokens_committed = 0
     if isinstance(prefix, str):
@@ -733,6 +736,7 @@ class LLGuidanceSession:
                              f"{_first_line(self._m.get_error())}")
         fed += 1
     finally:
+      self._known = drafts[:fed]  # legal from the committed state: preview skips their masks
       if fed and not self._m.rollback(fed):
         raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
       if filled < k + 1:
@@ -753,16 +757,9 @@ class LLGuidanceSession:
                                else tokens)]
     accepted = fed = 0
     if not self._eos:
-      cut = next((i for i, t in enumerate(tokens) if t in self._eos_ids or not 0 <= t < self._v),
-                 len(tokens))
-      body = tokens[:cut]
-      n = self._m.validate_tokens(body) if body else 0
-      if n and not self._m.consume_tokens(body[:n]):
-        raise RuntimeError(f"llguidance refused tokens it validated: "
-                           f"{_first_line(self._m.get_error())}")
-      accepted = fed = n
-      if n == cut and cut < len(tokens) and tokens[cut] in self._eos_ids \
-          and self._m.is_accepting():
+      fed = self._consume_legal(tokens, self._known)
+      accepted = fed
+      if fed < len(tokens) and tokens[fed] in self._eos_ids and self._m.is_accepting():
         self._eos = True
         accepted += 1
     self._pending, self._pending_fed = accepted, fed
@@ -784,6 +781,7 @@ class LLGuidanceSession:
       return
     if self._pending:
       self._frontier = self._pending_frontier
+      self._known = []
     self.tokens_committed += self._pending
     self._pending = None
     self._pending_frontier = None
@@ -812,7 +810,8 @@ class LLGuidanceSession:
 
     Method: llguidance's fast-forward tokens (its forced bytes, tokenized by our greedy
     encoder and trimmed so that the last token cannot be extended into a different one),
-    cut to the prefix the matcher validates and to ``max_n``. Never EOS; no side effect.
+    cut to ``max_n`` and to the prefix whose tokens the masks allow. Never EOS; no side
+    effect.
     """
     if max_n <= 0 or self._pending is not None or self._eos:
       return []
@@ -822,10 +821,41 @@ class LLGuidanceSession:
     ff = ff[:max_n]
     cut = next((i for i, t in enumerate(ff) if t in self._eos_ids or not 0 <= t < self._v),
                len(ff))
-    ff = ff[:cut]
-    if not ff:
-      return []
-    return ff[:self._m.validate_tokens(ff)]
+    n = self._consume_legal(ff[:cut], ())
+    if n and not self._m.rollback(n):
+      raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
+    return ff[:n]
+
+  def _consume_legal(self, tokens: Sequence[int], known: Sequence[int]) -> int:
+    """Feeds the longest prefix of ``tokens`` whose every token is in the mask of the state
+    before it (EOS and ids >= V stop it); returns how many were fed.
+
+    The mask, not llguidance's byte-level ``validate_tokens``, is the legal set: when the
+    grammar forces bytes, llguidance's mask leaves out tokens that are strict prefixes of the
+    forced bytes (their bytes are valid, but the mask prefers the longer token), and a
+    session must accept exactly what its masks allow. ``known``: tokens already checked
+    against the masks of these states (the last lookahead's legal chain), so their masks are
+    not computed again. Starts from the committed state (no preview pending).
+    """
+    fed = 0
+    same = True
+    for t in tokens:
+      if not 0 <= t < self._v or t in self._eos_ids:
+        break
+      same = same and fed < len(known) and known[fed] == t
+      if not same:
+        if fed == 0:
+          words = self._frontier_mask()
+        else:
+          words = self._scratch
+          self._fill(words)
+        if not _bit(words, t):
+          break
+      if not self._m.consume_token(t):
+        raise RuntimeError(f"llguidance refused token {t} that its mask allowed: "
+                           f"{_first_line(self._m.get_error())}")
+      fed += 1
+    return fed
 
   # --- continuation ----------------------------------------------------------------------------
 
