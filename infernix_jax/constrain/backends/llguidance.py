@@ -199,7 +199,18 @@ class CompiledLLGuidance:
 
 
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
-_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: ?(\S*)")
+# llguidance messages about constructs it refuses: (message part, construct, keyword located).
+_REFUSALS = (
+    ("oneOf constraints are not supported", "oneOf whose branches it cannot prove exclusive",
+     "oneOf"),
+    ("min/maxProperties only supported", "minProperties/maxProperties next to optional "
+     "properties", "minProperties"),
+    ("circular references with sibling keys", "a circular $ref with sibling keywords", "$ref"),
+    ("lookarounds not supported", "regex lookarounds (in a format or pattern)", None),
+    ("retriev", "a remote $ref", "$ref"),
+    ("registry", "a remote $ref", "$ref"),
+)
 
 
 def _first_line(msg: str) -> str:
@@ -222,14 +233,17 @@ def _schema_error(msg: str, doc: Any) -> errors.ConstraintError:
     ptrs = [p for p in _keyword_pointers(doc, {"format"})]
     loc = ptrs[0][0] + "/format" if ptrs else None
     return errors.UnsupportedConstraintError(
-        NAME, f"format {m.group(1)}", "llguidance does not know this format (lenient=True "
+        NAME, f"format {m.group(1) or '(empty)'}", "llguidance does not know this format (lenient=True "
         "drops it)", loc)
   if "regex" in msg.lower() and "parse error" in msg.lower():
     ptrs = _keyword_pointers(doc, {"pattern"})
     return errors.RegexError(f"a pattern is not a valid regex: {_one_line(msg)}",
                              ptrs[0][0] + "/pattern" if len(ptrs) == 1 else None)
-  if "retriev" in msg or "registry" in msg:
-    return errors.UnsupportedConstraintError(NAME, "remote $ref", _first_line(msg))
+  for part, construct, keyword in _REFUSALS:
+    if part in msg:
+      ptrs = _keyword_pointers(doc, {keyword}) if keyword else []
+      loc = f"{ptrs[0][0]}/{_esc(keyword)}" if ptrs else None
+      return errors.UnsupportedConstraintError(NAME, construct, _first_line(msg), loc)
   if any(s in msg for s in ("too complex", "limit", "too large", "too many", "fuel")):
     return errors.UnsupportedConstraintError(NAME, "a grammar this large", _first_line(msg))
   if "not supported" in msg or "nsupported" in msg or "not implemented" in msg:
