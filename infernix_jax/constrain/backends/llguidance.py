@@ -32,8 +32,6 @@ a later rollback would undo one token too many.) An illegal token is never fed e
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 import threading
 from typing import Any, ClassVar, Sequence
 
@@ -41,6 +39,7 @@ import numpy as np
 
 from infernix_jax import mask_layout
 from infernix_jax.constrain import errors
+from infernix_jax.constrain.backends import _llguidance_json as _lj
 from infernix_jax.constrain.session import PreviewResult
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import CONTROL, EOS, ORDINARY, Vocabulary
@@ -48,14 +47,6 @@ from infernix_jax.constrain.vocab import CONTROL, EOS, ORDINARY, Vocabulary
 NAME = "llguidance"
 READY, DEAD_END, UNREACHABLE = mask_layout.READY, mask_layout.DEAD_END, mask_layout.UNREACHABLE
 SPECIAL_MARKER = b"\xff"  # llguidance's special-token prefix (never valid UTF-8)
-# JSON whitespace between tokens (RFC 8259; the set xgrammar allows too).
-WHITESPACE_CLASS = r"[\x20\x0A\x0D\x09]"
-# JSON string escapes llguidance may emit: every character then has exactly one spelling
-# (no \\uXXXX, no \\/), so a key spelled with escapes can never pass for a declared name or
-# slip past a patternProperties pattern. Narrowing: strings holding U+0000..U+001F other than
-# \\b \\f \\n \\r \\t, or U+007F (llguidance wants it escaped), cannot be generated.
-JSON_ESCAPES = '"\\bfnrt'
-NEVER_MATCHES = r"[^\x{0}-\x{10FFFF}]"
 # Bytes charged per compiled grammar on top of its text: llguidance reports no compiled size
 # (its lexer automaton grows lazily while sessions run), so the cache budget uses an estimate.
 COMPILED_OVERHEAD_BYTES = 64 * 1024
@@ -198,177 +189,6 @@ class CompiledLLGuidance:
     return LLGuidanceSession(self, prefix)
 
 
-_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
-_UNKNOWN_FORMAT = re.compile(r"Unknown format: ?(\S*)")
-# llguidance messages about constructs it refuses: (message part, construct, keyword located).
-_REFUSALS = (
-    ("oneOf constraints are not supported", "oneOf whose branches it cannot prove exclusive",
-     "oneOf"),
-    ("min/maxProperties only supported", "minProperties/maxProperties next to optional "
-     "properties", "minProperties"),
-    ("circular references with sibling keys", "a circular $ref with sibling keywords", "$ref"),
-    ("lookarounds not supported", "regex lookarounds (in a format or pattern)", None),
-    ("retriev", "a remote $ref", "$ref"),
-    ("registry", "a remote $ref", "$ref"),
-)
-
-
-def _first_line(msg: str) -> str:
-  lines = [s for s in str(msg).strip().splitlines() if s.strip()]
-  return lines[0].strip() if lines else "unknown error"
-
-
-def _schema_error(msg: str, doc: Any) -> errors.ConstraintError:
-  """Maps an llguidance JSON-compiler message to our error class."""
-  m = _UNIMPLEMENTED.search(msg)
-  if m:
-    keys = [k.strip().strip('"') for k in m.group(1).split(",") if k.strip()]
-    ptrs = _keyword_pointers(doc, set(keys))
-    loc = ptrs[0][0] + "/" + _esc(ptrs[0][1]) if ptrs else None
-    return errors.UnsupportedConstraintError(
-        NAME, f"JSON Schema keyword {keys[0] if keys else '?'}",
-        f"llguidance does not implement {', '.join(keys)} (lenient=True drops it)", loc)
-  m = _UNKNOWN_FORMAT.search(msg)
-  if m:
-    ptrs = [p for p in _keyword_pointers(doc, {"format"})]
-    loc = ptrs[0][0] + "/format" if ptrs else None
-    return errors.UnsupportedConstraintError(
-        NAME, f"format {m.group(1) or '(empty)'}", "llguidance does not know this format (lenient=True "
-        "drops it)", loc)
-  if "regex" in msg.lower() and "parse error" in msg.lower():
-    ptrs = _keyword_pointers(doc, {"pattern"})
-    return errors.RegexError(f"a pattern is not a valid regex: {_one_line(msg)}",
-                             ptrs[0][0] + "/pattern" if len(ptrs) == 1 else None)
-  for part, construct, keyword in _REFUSALS:
-    if part in msg:
-      ptrs = _keyword_pointers(doc, {keyword}) if keyword else []
-      loc = f"{ptrs[0][0]}/{_esc(keyword)}" if ptrs else None
-      return errors.UnsupportedConstraintError(NAME, construct, _first_line(msg), loc)
-  if any(s in msg for s in ("too complex", "limit", "too large", "too many", "fuel")):
-    return errors.UnsupportedConstraintError(NAME, "a grammar this large", _first_line(msg))
-  if "not supported" in msg or "nsupported" in msg or "not implemented" in msg:
-    return errors.UnsupportedConstraintError(NAME, "this schema construct", _first_line(msg))
-  return errors.SchemaError(f"llguidance rejects the schema: {_first_line(msg)}", "")
-
-
-def _one_line(msg: str) -> str:
-  return " ".join(s.strip() for s in str(msg).splitlines() if s.strip())[:200]
-
-
-def _esc(key: str) -> str:
-  return key.replace("~", "~0").replace("/", "~1")
-
-
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_ONE = ("not", "if", "then", "else", "additionalProperties", "contains", "propertyNames",
-               "unevaluatedItems", "unevaluatedProperties", "additionalItems", "items")
-
-
-def _keyword_pointers(doc: Any, keywords: set) -> list[tuple[str, str]]:
-  """(JSON Pointer of the schema, keyword) for each occurrence of ``keywords`` in ``doc``."""
-  out: list[tuple[str, str]] = []
-
-  def walk(node: Any, ptr: str) -> None:
-    if not isinstance(node, dict):
-      return
-    for k, v in node.items():
-      if k in keywords:
-        out.append((ptr, k))
-      if k in _SCHEMA_MAPS and isinstance(v, dict):
-        for name, sub in v.items():
-          walk(sub, f"{ptr}/{k}/{_esc(name)}")
-      elif k in _SCHEMA_LISTS or k == "items":
-        if isinstance(v, list):
-          for i, sub in enumerate(v):
-            walk(sub, f"{ptr}/{k}/{i}")
-        else:
-          walk(v, f"{ptr}/{k}")
-      elif k in _SCHEMA_ONE or (k == "dependencies" and isinstance(v, dict)):
-        if k == "dependencies":
-          for name, sub in v.items():
-            walk(sub, f"{ptr}/{k}/{_esc(name)}")
-        else:
-          walk(v, f"{ptr}/{k}")
-
-  walk(doc, "")
-  return out
-
-
-def _ecma_pattern(pattern: Any, ptr: str) -> Any:
-  """A JSON Schema ``pattern`` (ECMAScript, search semantics) as an anchored regex with
-  explicit classes, so llguidance's Rust-regex reading cannot change its language (``\\s``,
-  ``\\d``, ``.``, ``^``/``$`` differ between the two dialects)."""
-  if not isinstance(pattern, str):
-    return pattern
-  from infernix_jax.constrain import _regex
-
-  try:
-    node = _regex._branches_node(_regex.parse(pattern), search=True, alphabet=_regex.ANY)
-  except errors.RegexError as e:
-    raise errors.RegexError(f"invalid pattern: {e.message}", ptr) from None
-  if node is None:
-    return NEVER_MATCHES
-  return "^(?:" + _regex._emit(node) + ")$"
-
-
-_SPELLABLE_CONTROLS = frozenset("\b\f\n\r\t")
-
-
-def _unspellable(value: Any) -> bool:
-  """Whether a JSON value holds a string (or key) character no allowed escape can spell."""
-  if isinstance(value, str):
-    return any((ord(ch) < 0x20 and ch not in _SPELLABLE_CONTROLS) or ch == "\x7f"
-               for ch in value)
-  if isinstance(value, dict):
-    return any(_unspellable(k) or _unspellable(x) for k, x in value.items())
-  if isinstance(value, list):
-    return any(_unspellable(x) for x in value)
-  return False
-
-
-def _rewrite_patterns(node: Any, ptr: str) -> Any:
-  """A copy of the schema ``node`` with every ``pattern`` and ``patternProperties`` key
-  rewritten by `_ecma_pattern`."""
-  if not isinstance(node, dict):
-    return node
-  out = {}
-  for k, v in node.items():
-    at = f"{ptr}/{_esc(k)}"
-    if k == "pattern":
-      v = _ecma_pattern(v, at)
-    elif k in ("const", "enum") and _unspellable(v):
-      raise errors.UnsupportedConstraintError(
-          NAME, f"{k} strings holding control characters",
-          "with \\u escapes disabled llguidance cannot spell U+0000..U+001F other than "
-          "\\b \\f \\n \\r \\t, nor U+007F (and would silently drop them)", at)
-    elif k == "patternProperties" and isinstance(v, dict):
-      v = {_ecma_pattern(name, f"{at}/{_esc(name)}"): _rewrite_patterns(sub, f"{at}/{_esc(name)}")
-           for name, sub in v.items()}
-    elif k in _SCHEMA_MAPS and isinstance(v, dict):
-      v = {name: _rewrite_patterns(sub, f"{at}/{_esc(name)}") for name, sub in v.items()}
-    elif k in _SCHEMA_LISTS or k == "items":
-      v = ([_rewrite_patterns(sub, f"{at}/{i}") for i, sub in enumerate(v)]
-           if isinstance(v, list) else _rewrite_patterns(v, at))
-    elif k in _SCHEMA_ONE:
-      v = _rewrite_patterns(v, at)
-    elif k == "dependencies" and isinstance(v, dict):
-      v = {name: _rewrite_patterns(sub, f"{at}/{_esc(name)}") for name, sub in v.items()}
-    out[k] = v
-  return out
-
-
-def _json_options(c: OutputConstraint) -> dict:
-  n = int(c.max_whitespace)
-  opts: dict[str, Any] = {"lenient": bool(c.lenient), "json_allowed_escapes": JSON_ESCAPES}
-  if n == 0:
-    opts["whitespace_flexible"] = False
-  else:
-    opts["whitespace_flexible"] = True
-    opts["whitespace_pattern"] = f"{WHITESPACE_CLASS}{{0,{n}}}"
-  return opts
-
-
 def _regex_literal(text: str) -> str:
   """A regex matching exactly ``text`` (every non-alphanumeric character escaped)."""
   return "".join(ch if ch.isascii() and ch.isalnum() else "\\x{%X}" % ord(ch) for ch in text)
@@ -391,11 +211,12 @@ def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
         raise errors.SchemaError("no JSON value satisfies this schema (it is false)", "")
       elif not isinstance(doc, dict):
         raise errors.SchemaError("a JSON Schema must be an object or a boolean", "")
-    text = _schema.dumps(_rewrite_patterns(doc, ""))
+    text = _schema.dumps(_lj.rewrite_patterns(doc, ""))
     try:
-      grammar = llg.LLMatcher.grammar_from_json_schema(text, overrides=_json_options(c))
+      grammar = llg.LLMatcher.grammar_from_json_schema(text, overrides=_lj.json_options(c))
     except ValueError as e:
-      raise errors.SchemaError(f"llguidance cannot read the schema: {_first_line(e)}", "") from None
+      raise errors.SchemaError(f"llguidance cannot read the schema: {_lj.first_line(e)}",
+                               "") from None
     return grammar, doc, errors.SchemaError
   if kind == ConstraintKind.GRAMMAR:
     from infernix_jax.constrain import _gbnf
@@ -409,7 +230,7 @@ def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
       lark = gbnf_to_lark(text)
     except Exception as e:  # noqa: BLE001  (the converter raises plain Exception)
       raise errors.UnsupportedConstraintError(NAME, "this GBNF grammar",
-                                              f"gbnf_to_lark: {_first_line(e)}") from None
+                                              f"gbnf_to_lark: {_lj.first_line(e)}") from None
     return llg.LLMatcher.grammar_from_lark(lark), None, errors.GrammarSyntaxError
   if kind == ConstraintKind.REGEX:
     from infernix_jax.constrain import _regex
@@ -424,34 +245,6 @@ def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
     rx = "(?:" + "|".join(_regex_literal(v) for v in values) + ")"
     return llg.LLMatcher.grammar_from_regex(rx), None, errors.ChoiceError
   raise errors.UnsupportedConstraintError(NAME, f"constraint kind {c.kind!r}")
-
-
-def _dropped(warnings: Sequence[str], doc: Any) -> tuple:
-  keys: set = set()
-  for w in warnings:
-    m = _UNIMPLEMENTED.search(w)
-    if m:
-      keys |= {k.strip().strip('"') for k in m.group(1).split(",") if k.strip()}
-    if _UNKNOWN_FORMAT.search(w):
-      keys.add("format")
-  if not keys or doc is None:
-    return ()
-  found = _keyword_pointers(doc, keys)
-  if "format" in keys and not any(w for w in warnings if _UNIMPLEMENTED.search(w)
-                                  and "format" in w):
-    # Only the unknown formats were dropped, not the known ones llguidance enforces.
-    unknown = {m.group(1).strip('"\'.,') for w in warnings for m in [_UNKNOWN_FORMAT.search(w)]
-               if m}
-    found = [(p, k) for p, k in found if k != "format" or _format_at(doc, p) in unknown]
-  return tuple(dict.fromkeys((f"{p}/{_esc(k)}", k) for p, k in found))
-
-
-def _format_at(doc: Any, ptr: str) -> Any:
-  node = doc
-  for part in ptr.split("/")[1:]:
-    part = part.replace("~1", "/").replace("~0", "~")
-    node = node[int(part)] if isinstance(node, list) else node.get(part, {})
-  return node.get("format") if isinstance(node, dict) else None
 
 
 # --- backend ---------------------------------------------------------------------------------
@@ -503,7 +296,7 @@ class LLGuidanceBackend:
     template = llg.LLMatcher(index.tokenizer, grammar, log_level=0, limits=_limits())
     if template.is_error():
       raise self._error(error_cls, template.get_error(), doc)
-    dropped = _dropped(messages, doc) if constraint.lenient else ()
+    dropped = _lj.dropped(messages, doc) if constraint.lenient else ()
     buf = np.zeros(vocab.mask_words, np.int32)
     template.unsafe_compute_mask_ptr(buf.ctypes.data, buf.nbytes)
     if template.is_error():
@@ -518,13 +311,13 @@ class LLGuidanceBackend:
   @staticmethod
   def _error(error_cls: type, msg: str, doc: Any) -> errors.ConstraintError:
     if error_cls is errors.SchemaError:
-      return _schema_error(msg, doc)
+      return _lj.schema_error(msg, doc)
     if any(s in msg for s in ("too complex", "limit", "too large", "too many", "fuel")):
-      return errors.UnsupportedConstraintError(NAME, "a grammar this large", _first_line(msg))
+      return errors.UnsupportedConstraintError(NAME, "a grammar this large", _lj.first_line(msg))
     if error_cls is errors.GrammarSyntaxError:
       # Our GBNF checker accepted the syntax: what llguidance refuses is a construct.
-      return errors.UnsupportedConstraintError(NAME, "this GBNF grammar", _first_line(msg))
-    return error_cls(f"llguidance cannot compile it: {_first_line(msg)}")
+      return errors.UnsupportedConstraintError(NAME, "this GBNF grammar", _lj.first_line(msg))
+    return error_cls(f"llguidance cannot compile it: {_lj.first_line(msg)}")
 
   def new_session(self, compiled: CompiledLLGuidance, prefix: bytes = b"") -> "LLGuidanceSession":
     """A session on ``compiled`` positioned after the continuation ``prefix`` (PrefixError)."""
@@ -581,7 +374,7 @@ class LLGuidanceBackend:
         executor.unsafe_compute_mask_ptr(bare, flat.ctypes.data, out.shape[2] * 4, r * p)
     for b, s, chain in rows:
       if s._m.is_error():
-        raise RuntimeError(f"row {b}: llguidance matcher error: {_first_line(s._m.get_error())}")
+        raise RuntimeError(f"row {b}: llguidance matcher error: {_lj.first_line(s._m.get_error())}")
       states[b] = _states_from_masks(out[b], chain, s._v, s._eos_ids)
     return states
 
@@ -681,7 +474,7 @@ class LLGuidanceSession:
     """The matcher's current legal set into ``row`` (int32 [W], contiguous)."""
     self._m.unsafe_compute_mask_ptr(row.ctypes.data, self._w * 4)
     if self._m.is_error():
-      raise RuntimeError(f"llguidance matcher error: {_first_line(self._m.get_error())}")
+      raise RuntimeError(f"llguidance matcher error: {_lj.first_line(self._m.get_error())}")
 
   def _spare(self) -> np.ndarray:
     return self._bufs[1] if self._frontier is self._bufs[0] else self._bufs[0]
@@ -747,12 +540,12 @@ class LLGuidanceSession:
           break
         if not self._m.consume_token(d):
           raise RuntimeError(f"llguidance refused token {d} that its mask allowed: "
-                             f"{_first_line(self._m.get_error())}")
+                             f"{_lj.first_line(self._m.get_error())}")
         fed += 1
     finally:
       self._known = drafts[:fed]  # legal from the committed state: preview skips their masks
       if fed and not self._m.rollback(fed):
-        raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
+        raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
       if filled < k + 1:
         out[filled:k + 1] = 0
     return states
@@ -805,7 +598,7 @@ class LLGuidanceSession:
     if self._pending is None:
       return
     if self._pending_fed and not self._m.rollback(self._pending_fed):
-      raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
+      raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
     if self._pending > self._pending_fed:  # the preview accepted EOS
       self._eos = False
     self._pending = None
@@ -831,13 +624,13 @@ class LLGuidanceSession:
       return []
     ff = [int(t) for t in self._m.compute_ff_tokens()]
     if self._m.is_error():
-      raise RuntimeError(f"llguidance matcher error: {_first_line(self._m.get_error())}")
+      raise RuntimeError(f"llguidance matcher error: {_lj.first_line(self._m.get_error())}")
     ff = ff[:max_n]
     cut = next((i for i, t in enumerate(ff) if t in self._eos_ids or not 0 <= t < self._v),
                len(ff))
     n = self._consume_legal(ff[:cut], ())
     if n and not self._m.rollback(n):
-      raise RuntimeError(f"llguidance rollback failed: {_first_line(self._m.get_error())}")
+      raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
     return ff[:n]
 
   def _consume_legal(self, tokens: Sequence[int], known: Sequence[int]) -> int:
@@ -867,7 +660,7 @@ class LLGuidanceSession:
           break
       if not self._m.consume_token(t):
         raise RuntimeError(f"llguidance refused token {t} that its mask allowed: "
-                           f"{_first_line(self._m.get_error())}")
+                           f"{_lj.first_line(self._m.get_error())}")
       fed += 1
     return fed
 
