@@ -428,6 +428,20 @@ def test_forced_tokens_are_legal_and_side_effect_free(qwen3_vocab):
   assert s.accept([v.eos_ids[0]]).terminated and s.forced_tokens(4) == []
 
 
+def test_length_bounded_word_pattern_stays_usable(byte_vocab):
+  # A JSONSchemaBench shape (maxLength 500 + a word-count pattern) whose lexer states exceed
+  # llguidance's default fuel after a few words; sessions of one compiled constraint share them.
+  c = build(byte_vocab, ic.OutputConstraint.json_schema(
+      '{"type":"string","maxLength":500,"pattern":"^(?:\\\\S+\\\\s+){0,49}\\\\S+$"}'))
+  rng = np.random.default_rng(4)
+  buf = np.zeros((9, byte_vocab.mask_words), np.int32)
+  for _ in range(30):
+    s = BACKEND.new_session(c, b'"' + b"ab " * int(rng.integers(0, 45)))
+    s.lookahead([int(x) for x in rng.choice([97, 32, 98, 9], 8)], buf)
+  r = BACKEND.new_session(c, b"").preview(list(b'"' + b"w " * 49 + b'z"') + [EOS])
+  assert r.terminated
+
+
 def test_continuation_prefix():
   vocab = toy_vocab()
   c = build(vocab, TOY_CONSTRAINTS[0])

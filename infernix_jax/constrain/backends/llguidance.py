@@ -51,6 +51,18 @@ SPECIAL_MARKER = b"\xff"  # llguidance's special-token prefix (never valid UTF-8
 # (its lexer automaton grows lazily while sessions run), so the cache budget uses an estimate.
 COMPILED_OVERHEAD_BYTES = 64 * 1024
 
+# llguidance builds lexer states lazily, into a store that every copy of a compiled matcher
+# (so every session of one compiled constraint) shares, within two budgets: "initial lexer
+# fuel" (default 1e6) and the fuel of one mask step (default 2e5, about 14 ms). A length-
+# bounded word pattern from JSONSchemaBench (maxLength 500 + "(\\S+\\s+){0,49}\\S+") ran out
+# of both after a few words ("too many expressions constructed"), which fails the session.
+# 50x / 10x keep such schemas usable; a step may then take up to ~150 ms the first time a
+# state is built. The store is not counted in `nbytes`.
+LEXER_FUEL = 50_000_000
+STEP_LEXER_FUEL = 2_000_000
+
+_LIMIT_MESSAGES = ("too many", "fuel", "limit", "too complex", "too large")
+
 _import_lock = threading.Lock()
 _executor_lock = threading.Lock()
 _executor: Any = None
@@ -65,7 +77,8 @@ def _llg():
 
 
 def _limits():
-  return _llg().LLParserLimits(verbose_errors=False)
+  return _llg().LLParserLimits(verbose_errors=False, initial_lexer_fuel=LEXER_FUEL,
+                               step_lexer_fuel=STEP_LEXER_FUEL)
 
 
 def version() -> str:
@@ -682,10 +695,12 @@ class LLGuidanceSession:
       probe.consume_tokens(ids[:n])
     while good < len(prefix):
       t = enc.table.get(prefix[good:good + 1])
-      if t is None or probe.validate_tokens([t]) != 1:
+      if t is None or not probe.consume_token(t):
         break
-      probe.consume_token(t)
       good += 1
+    msg = probe.get_error() if probe.is_error() else ""
+    if any(s in msg for s in _LIMIT_MESSAGES):  # the library's resources, not the prefix
+      raise RuntimeError(f"llguidance hit a resource limit: {_lj.first_line(msg)}")
     raise errors.PrefixError(
         f"the continuation prefix cannot start an output of this constraint: byte {good} "
         f"({prefix[good:good + 8]!r}...) is not allowed there", str(good))
