@@ -8,12 +8,16 @@ loads it; it loads no torch). How our constraints map onto it:
   ===========  ==========================================================================
   kind         what llguidance gets
   ===========  ==========================================================================
-  json_schema  the user's schema through llguidance's own JSON Schema compiler, with
-               whitespace runs of at most ``max_whitespace`` of ``[ \\t\\n\\r]`` between
-               tokens (as xgrammar) and ``lenient`` passed as its ``lenient`` option;
-               dropped keywords are read back from its warnings
+  json_schema  the user's schema through llguidance's own JSON Schema compiler
+               (`_llguidance_json`): ``pattern``/``patternProperties`` rewritten to
+               explicit ECMAScript classes; whitespace runs of at most ``max_whitespace``
+               of ``[ \\t\\n\\r]`` between tokens (as xgrammar; 0 = none); ``\\u`` and
+               ``\\/`` escapes disabled so every key has one spelling; ``lenient`` passed
+               as its ``lenient`` option, dropped keywords read back from its warnings
   json_object  the schema ``{"type": "object"}`` with the same options
-  grammar      GBNF checked by our GBNF checker, converted by llguidance's ``gbnf_to_lark``
+  grammar      GBNF checked by our GBNF checker, converted to Lark with one character per
+               lexeme (`_llguidance_gbnf`; llguidance's own converter makes greedy
+               multi-character terminals, which lose strings and can hang the matcher)
   regex        the exact pattern our ECMAScript-style checker emits (``_regex``)
   choice       the canonical literal set as one alternation of escaped literals
   ===========  ==========================================================================
@@ -22,6 +26,11 @@ Token facts come from our Vocabulary, never from Hugging Face files: ordinary to
 their exact bytes; EOS and control tokens are spelled ``0xFF`` + their spelling, which is
 llguidance's special-token marker (0xFF never occurs in UTF-8, so no text rule matches them;
 EOS is legal exactly when the grammar may end); unused ids are empty and never legal.
+
+The legal set is llguidance's mask. Where the grammar forces bytes, that mask leaves out
+tokens that are strict prefixes of the forced bytes (the longer token is kept), although its
+byte-level check would accept them; sessions therefore check tokens against masks (preview,
+jump-forward), so lookahead, preview and fill_batch agree.
 
 EOS is never fed to the llguidance matcher: a session records "EOS accepted" itself. (When
 the grammar cannot extend, llguidance takes EOS without recording it on its token stack, so
@@ -40,6 +49,7 @@ import numpy as np
 from infernix_jax import mask_layout
 from infernix_jax.constrain import errors
 from infernix_jax.constrain.backends import _llguidance_json as _lj
+from infernix_jax.constrain.backends._llguidance_gbnf import gbnf_to_lark as _gbnf_to_lark
 from infernix_jax.constrain.session import PreviewResult
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import CONTROL, EOS, ORDINARY, Vocabulary
@@ -237,13 +247,10 @@ def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
     if not isinstance(c.source, str):
       raise errors.GrammarSyntaxError(f"a grammar must be a string, got {type(c.source).__name__}")
     text = _gbnf.check_gbnf(c.source)
-    from llguidance.gbnf_to_lark import gbnf_to_lark
-
     try:
-      lark = gbnf_to_lark(text)
-    except Exception as e:  # noqa: BLE001  (the converter raises plain Exception)
-      raise errors.UnsupportedConstraintError(NAME, "this GBNF grammar",
-                                              f"gbnf_to_lark: {_lj.first_line(e)}") from None
+      lark = _gbnf_to_lark(text)
+    except ValueError as e:
+      raise errors.UnsupportedConstraintError(NAME, "this GBNF grammar", str(e)) from None
     return llg.LLMatcher.grammar_from_lark(lark), None, errors.GrammarSyntaxError
   if kind == ConstraintKind.REGEX:
     from infernix_jax.constrain import _regex
