@@ -578,6 +578,17 @@ def test_lenient_records_dropped_keywords(byte_vocab):
   assert set(c.dropped) == {("/properties/t/uniqueItems", "uniqueItems"),
                             ("/properties/d/format", "format")}
   assert c.nbytes > 0 and c.compiled_source.startswith("{")
+  # What llguidance relaxes by itself under lenient (oneOf as anyOf, min/maxProperties next to
+  # optional properties ignored) is recorded too; an exclusive oneOf is enforced, not recorded.
+  relaxed = build(byte_vocab, ic.OutputConstraint.json_schema(
+      '{"type":"object","properties":{"a":{"oneOf":[{"type":"string"},{"minLength":2}]},'
+      '"b":{"oneOf":[{"type":"string"},{"type":"integer"}]}},"minProperties":1}', lenient=True))
+  assert set(relaxed.dropped) == {("/properties/a/oneOf", "oneOf"),
+                                  ("/properties/b/oneOf", "oneOf"),
+                                  ("/minProperties", "minProperties")}
+  exclusive = build(byte_vocab, ic.OutputConstraint.json_schema(
+      '{"oneOf":[{"type":"string"},{"type":"integer"}]}', lenient=True))
+  assert exclusive.dropped == ()
   assert BACKEND.new_session(c, b"").backend == "llguidance"
 
 

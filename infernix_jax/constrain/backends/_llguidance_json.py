@@ -202,24 +202,44 @@ def json_options(c: OutputConstraint) -> dict:
   return opts
 
 
+# Warnings of llguidance's lenient mode that relax a keyword everywhere it occurs.
+_RELAXED = (("oneOf not fully supported", ("oneOf",)),
+            ("min/maxProperties only supported", ("minProperties", "maxProperties")))
+
+
 def dropped(warnings: Sequence[str], doc: Any) -> tuple:
+  """``(json_pointer, keyword)`` of what llguidance's lenient mode relaxed, from its warnings.
+
+  Unimplemented keys and unknown formats are located exactly; a relaxation llguidance names
+  without a place (oneOf compiled as anyOf, min/maxProperties ignored) is recorded at every
+  occurrence of the keyword (conservative); a warning we do not recognise is recorded at the
+  root with its text as the keyword, so nothing is relaxed silently.
+  """
   keys: set = set()
+  found: list = []
+  unknown_warnings = []
   for w in warnings:
     m = _UNIMPLEMENTED.search(w)
     if m:
       keys |= {k.strip().strip('"') for k in m.group(1).split(",") if k.strip()}
-    if _UNKNOWN_FORMAT.search(w):
+    elif _UNKNOWN_FORMAT.search(w):
       keys.add("format")
-  if not keys or doc is None:
-    return ()
-  found = keyword_pointers(doc, keys)
-  if "format" in keys and not any(w for w in warnings if _UNIMPLEMENTED.search(w)
-                                  and "format" in w):
-    # Only the unknown formats were dropped, not the known ones llguidance enforces.
-    unknown = {m.group(1).strip('"\'.,') for w in warnings for m in [_UNKNOWN_FORMAT.search(w)]
-               if m}
-    found = [(p, k) for p, k in found if k != "format" or _format_at(doc, p) in unknown]
-  return tuple(dict.fromkeys((f"{p}/{_esc(k)}", k) for p, k in found))
+    elif any(part in w for part, _ in _RELAXED):
+      for part, names in _RELAXED:
+        if part in w:
+          found += keyword_pointers(doc, set(names))
+    else:
+      unknown_warnings.append(first_line(w)[:80])
+  if keys:
+    located = keyword_pointers(doc, keys)
+    if "format" in keys and not any(_UNIMPLEMENTED.search(w) and "format" in w for w in warnings):
+      # Only the unknown formats were dropped, not the known ones llguidance enforces.
+      unknown = {m.group(1).strip('"\'.,') for w in warnings
+                 for m in [_UNKNOWN_FORMAT.search(w)] if m}
+      located = [(p, k) for p, k in located if k != "format" or _format_at(doc, p) in unknown]
+    found += located
+  out = [(f"{p}/{_esc(k)}", k) for p, k in found] + [("", w) for w in unknown_warnings]
+  return tuple(dict.fromkeys(out))
 
 
 def _format_at(doc: Any, ptr: str) -> Any:

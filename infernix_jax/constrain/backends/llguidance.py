@@ -238,6 +238,9 @@ def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
     try:
       grammar = llg.LLMatcher.grammar_from_json_schema(text, overrides=_lj.json_options(c))
     except ValueError as e:
+      if "out of range" in str(e):
+        raise errors.UnsupportedConstraintError(NAME, "numbers beyond double range",
+                                                _lj.first_line(e)) from None
       raise errors.SchemaError(f"llguidance cannot read the schema: {_lj.first_line(e)}",
                                "") from None
     return grammar, doc, errors.SchemaError
