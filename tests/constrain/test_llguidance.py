@@ -515,6 +515,26 @@ def test_length_bounded_word_pattern_stays_usable(byte_vocab):
   assert r.terminated
 
 
+def test_dead_end_is_reported_and_recoverable():
+  # The toy vocabulary has no token for "z": after "a" no token can continue (DeadEnd), which
+  # llguidance signals by putting its matcher in a permanent error state.
+  vocab = toy_vocab()
+  c = build(vocab, ic.OutputConstraint.regex("az|b"))
+  s = BACKEND.new_session(c, b"")
+  before = _state(s)
+  out = np.full((3, vocab.mask_words), 9, np.int32)
+  assert list(s.lookahead([2, 3], out)) == [READY, DEAD_END, UNREACHABLE]
+  assert out[0].any() and not out[1:].any() and _state(s) == before
+  batch = np.full((1, 3, vocab.mask_words), 9, np.int32)
+  states = BACKEND.fill_batch([s], np.array([[2, 3]], np.int32), np.array([2]), batch)
+  assert list(states[0]) == [READY, DEAD_END, UNREACHABLE] and (batch[0] == out).all()
+  r = s.preview([2])
+  assert (r.accepted, r.dead_end, r.complete) == (1, True, False)
+  s.discard()
+  assert _state(s) == before
+  assert s.accept([3]).complete and s.accept([TOY_EOS]).terminated  # "b" still works
+
+
 def test_continuation_prefix():
   vocab = toy_vocab()
   c = build(vocab, TOY_CONSTRAINTS[0])

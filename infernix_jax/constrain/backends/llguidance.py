@@ -397,7 +397,14 @@ class LLGuidanceBackend:
         executor.unsafe_compute_mask_ptr(bare, flat.ctypes.data, out.shape[2] * 4, r * p)
     for b, s, chain in rows:
       if s._m.is_error():
-        raise RuntimeError(f"row {b}: llguidance matcher error: {_lj.first_line(s._m.get_error())}")
+        if "NoExtension" not in s._m.get_error():
+          raise RuntimeError(f"row {b}: llguidance matcher error: "
+                             f"{_lj.first_line(s._m.get_error())}")
+        # A dead end inside the chain left the library's matcher in its error state:
+        # rebuild it and redo this row on its own (lookahead handles dead ends).
+        s._rebuild()
+        states[b, :len(chain) + 1] = s.lookahead(chain, out[b])
+        continue
       states[b] = _states_from_masks(out[b], chain, s._v, s._eos_ids)
     return states
 
@@ -448,6 +455,7 @@ class LLGuidanceSession:
     self._index = index
     self._eos_ids = index.eos
     self._m = compiled._template.deep_copy()
+    self._fed: list[int] = []  # every token fed to the matcher, in order (for _rebuild)
     self._eos = False  # EOS accepted (committed, or by the pending preview)
     self._pending: int | None = None  # tokens accepted by an uncommitted preview (with EOS)
     self._pending_fed = 0  # of them, fed to the matcher (EOS is not)
@@ -494,10 +502,38 @@ class LLGuidanceSession:
   # --- masks -----------------------------------------------------------------------------------
 
   def _fill(self, row: np.ndarray) -> None:
-    """The matcher's current legal set into ``row`` (int32 [W], contiguous)."""
+    """The matcher's current legal set into ``row`` (int32 [W], contiguous).
+
+    A state whose continuation no token can spell (a dead end) puts llguidance's matcher in
+    its permanent error state ("NoExtension..."): the row is then all zero and the matcher is
+    rebuilt at the same position from the tokens fed so far, so rollback keeps working.
+    """
     self._m.unsafe_compute_mask_ptr(row.ctypes.data, self._w * 4)
     if self._m.is_error():
-      raise RuntimeError(f"llguidance matcher error: {_lj.first_line(self._m.get_error())}")
+      msg = self._m.get_error()
+      if "NoExtension" not in msg:
+        raise RuntimeError(f"llguidance matcher error: {_lj.first_line(msg)}")
+      row.fill(0)
+      self._rebuild()
+
+  def _rebuild(self) -> None:
+    """A fresh matcher fed with the same tokens (recovery from llguidance's error state)."""
+    m = self.compiled._template.deep_copy()
+    if self._fed and not m.consume_tokens(self._fed):
+      raise RuntimeError(f"llguidance cannot replay its own tokens: {_lj.first_line(m.get_error())}")
+    self._m = m
+
+  def _feed(self, t: int) -> None:
+    if not self._m.consume_token(t):
+      raise RuntimeError(f"llguidance refused token {t} that its mask allowed: "
+                         f"{_lj.first_line(self._m.get_error())}")
+    self._fed.append(t)
+
+  def _unfeed(self, n: int) -> None:
+    if n:
+      if not self._m.rollback(n):
+        raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
+      del self._fed[-n:]
 
   def _spare(self) -> np.ndarray:
     return self._bufs[1] if self._frontier is self._bufs[0] else self._bufs[0]
@@ -561,14 +597,11 @@ class LLGuidanceSession:
         d = drafts[i]
         if not (0 <= d < self._v and _bit(out[i], d)) or d in self._eos_ids:
           break
-        if not self._m.consume_token(d):
-          raise RuntimeError(f"llguidance refused token {d} that its mask allowed: "
-                             f"{_lj.first_line(self._m.get_error())}")
+        self._feed(d)
         fed += 1
     finally:
       self._known = drafts[:fed]  # legal from the committed state: preview skips their masks
-      if fed and not self._m.rollback(fed):
-        raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
+      self._unfeed(fed)
       if filled < k + 1:
         out[filled:k + 1] = 0
     return states
@@ -620,8 +653,7 @@ class LLGuidanceSession:
     """Returns to the state before the preview."""
     if self._pending is None:
       return
-    if self._pending_fed and not self._m.rollback(self._pending_fed):
-      raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
+    self._unfeed(self._pending_fed)
     if self._pending > self._pending_fed:  # the preview accepted EOS
       self._eos = False
     self._pending = None
@@ -647,13 +679,15 @@ class LLGuidanceSession:
       return []
     ff = [int(t) for t in self._m.compute_ff_tokens()]
     if self._m.is_error():
-      raise RuntimeError(f"llguidance matcher error: {_lj.first_line(self._m.get_error())}")
+      if "NoExtension" not in self._m.get_error():
+        raise RuntimeError(f"llguidance matcher error: {_lj.first_line(self._m.get_error())}")
+      self._rebuild()  # a dead end forces nothing
+      return []
     ff = ff[:max_n]
     cut = next((i for i, t in enumerate(ff) if t in self._eos_ids or not 0 <= t < self._v),
                len(ff))
     n = self._consume_legal(ff[:cut], ())
-    if n and not self._m.rollback(n):
-      raise RuntimeError(f"llguidance rollback failed: {_lj.first_line(self._m.get_error())}")
+    self._unfeed(n)
     return ff[:n]
 
   def _consume_legal(self, tokens: Sequence[int], known: Sequence[int]) -> int:
@@ -681,9 +715,7 @@ class LLGuidanceSession:
           self._fill(words)
         if not _bit(words, t):
           break
-      if not self._m.consume_token(t):
-        raise RuntimeError(f"llguidance refused token {t} that its mask allowed: "
-                           f"{_lj.first_line(self._m.get_error())}")
+      self._feed(t)
       fed += 1
     return fed
 
@@ -697,6 +729,7 @@ class LLGuidanceSession:
     if n == len(ids) and spelled == prefix:
       if ids and not self._m.consume_tokens(ids):
         raise RuntimeError(f"llguidance refused a validated prefix: {self._m.get_error()}")
+      self._fed.extend(ids)
       return
     # Locate the first refused byte: the validated tokens, then byte by byte on a copy.
     good = sum(len(self.vocab.token_bytes[i]) for i in ids[:n])
