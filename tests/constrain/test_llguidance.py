@@ -387,7 +387,8 @@ GBNF_CASES = [
     ('root ::= x "a"\nx ::= "a"*', ["a", "aa", "aaa"]),
     ('root ::= "a" "bc" | "abd"', ["abc", "abd", "ab"]),
     ('root ::= ("ab" | "a") "bc"', ["abbc", "abc", "bc"]),
-    ('root ::= [^"\\\\\\x7F\\x00-\\x1F] "\\u00e9" [a\\-z]{2,3}', ["q\u00e9a-", "q\u00e9-z", "q\u00e9b"]),
+    ('root ::= [^"\\\\\\x7F\\x00-\\x1F] "\\u00e9" [a\\-z]{2,3}',
+     ["q\u00e9a-", "q\u00e9-z", "q\u00e9b"]),
 ]
 
 

@@ -520,7 +520,8 @@ class LLGuidanceSession:
     """A fresh matcher fed with the same tokens (recovery from llguidance's error state)."""
     m = self.compiled._template.deep_copy()
     if self._fed and not m.consume_tokens(self._fed):
-      raise RuntimeError(f"llguidance cannot replay its own tokens: {_lj.first_line(m.get_error())}")
+      raise RuntimeError(
+          f"llguidance cannot replay its own tokens: {_lj.first_line(m.get_error())}")
     self._m = m
 
   def _feed(self, t: int) -> None:
