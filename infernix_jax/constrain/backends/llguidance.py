@@ -36,7 +36,9 @@ Sessions (`_llguidance_session.LLGuidanceSession`, re-exported here) follow `Out
 EOS is never fed to the llguidance matcher: a session records "EOS accepted" itself. (When
 the grammar cannot extend, llguidance takes EOS without recording it on its token stack, so
 a later rollback would undo one token too many.) An illegal token is never fed either
-(llguidance's matcher stays in an error state forever after one).
+(llguidance's matcher stays in an error state forever after one). A dead end (no token can
+continue) also puts it in that state when its mask is computed: the session then reports an
+all-zero mask and rebuilds the matcher by replaying the tokens it fed.
 """
 
 from __future__ import annotations
@@ -328,8 +330,8 @@ class LLGuidanceBackend:
       cls = errors.SchemaError if error_cls is errors.SchemaError else errors.ConstraintError
       raise cls("no output satisfies this constraint with this vocabulary (the first position "
                 "has no legal token)", "" if cls is errors.SchemaError else None)
-    return CompiledLLGuidance(vocab, constraint, grammar, dropped,
-                              len(grammar.encode("utf-8")) + COMPILED_OVERHEAD_BYTES, template, index)
+    nbytes = len(grammar.encode("utf-8")) + COMPILED_OVERHEAD_BYTES
+    return CompiledLLGuidance(vocab, constraint, grammar, dropped, nbytes, template, index)
 
   @staticmethod
   def _error(error_cls: type, msg: str, doc: Any) -> errors.ConstraintError:
