@@ -6,14 +6,24 @@ it drops), how many raw xgrammar would "compile" when given the schema directly 
 relaxes silently), and over the MaskBench instances of the accepted schemas: valid instances
 accepted / invalid rejected by the real constrained matcher.
 
-Usage: .venv/bin/python benchmarks/schema_coverage.py [--limit N] [--out docs/results/schema_coverage.md]
+With ``--backend llguidance`` the same corpora go through the llguidance backend
+(``constrain/backends/llguidance.py``: llguidance's own JSON Schema compiler): the suite and
+MaskBench verdicts, what it refuses (class and construct), what ``lenient=True`` drops, and a
+side-by-side table with the xgrammar figures read from the xgrammar report. It writes
+``docs/results/schema_coverage_llguidance.md`` by default (the xgrammar report is not rerun).
+
+Usage: .venv/bin/python benchmarks/schema_coverage.py [--backend xgrammar|llguidance]
+         [--limit N] [--subsets A,B] [--no-suite] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
+import platform
+import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -24,7 +34,10 @@ from infernix_jax.constrain.schema import check_json_schema
 from infernix_jax.testing import schema_suite
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 
-DATA = Path(__file__).resolve().parents[1] / "../shared/data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "../shared/data"
+XGRAMMAR_REPORT = ROOT / "docs/results/schema_coverage.md"
+LLGUIDANCE_REPORT = ROOT / "docs/results/schema_coverage_llguidance.md"
 SUBSETS = ("Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K")
 EOS = 256
 
@@ -127,13 +140,279 @@ def suite_table(vocab) -> list[str]:
   return lines
 
 
+# --- llguidance ------------------------------------------------------------------------------
+
+
+class LLGuidanceFork:
+  """The Walker's matcher protocol over an llguidance session's matcher (byte vocabulary)."""
+
+  def __init__(self, m, eos: bool = False):
+    self.m, self.eos = m, eos
+
+  def fork(self):
+    return LLGuidanceFork(self.m.deep_copy(), self.eos)
+
+  def accept_string(self, data: bytes) -> bool:
+    ids = list(data)
+    if self.eos or self.m.validate_tokens(ids) != len(ids):
+      return False
+    return self.m.consume_tokens(ids)
+
+  def accept_token(self, t: int) -> bool:
+    if t != EOS or self.eos or not self.m.is_accepting():
+      return False
+    self.eos = True
+    return True
+
+  def is_terminated(self) -> bool:
+    return self.eos
+
+
+def _chars(v):
+  if isinstance(v, str):
+    yield from v
+  elif isinstance(v, dict):
+    for k, x in v.items():
+      yield from k
+      yield from _chars(x)
+  elif isinstance(v, list):
+    for x in v:
+      yield from _chars(x)
+
+
+def llg_narrowing(value, schema_text: str, file: str = "", group: str = "",
+                  draft7: bool = False) -> str | None:
+  """Why a valid value may lie outside the llguidance backend's language (None: unknown)."""
+  if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in _chars(value)):
+    return "control characters / DEL need \\u escapes (disabled)"
+  if file == "format.json" or '"format"' in schema_text:
+    return "format is enforced (llguidance's format regexes)"
+  if file == "float-overflow.json":
+    return "1E+308 spelled as an integer overflows"
+  if draft7 and file == "ref.json" and "sibling" in group:
+    return "$ref siblings are intersected (draft-07 ignores them)"
+  for n in _schema_suite._numbers(value):
+    if abs(n) >= 2**63 or (not isinstance(n, int) and len(Decimal(str(n)).as_tuple().digits) > 17):
+      return "numbers beyond int64 / 17 significant digits"
+  return None
+
+
+def _llg_accepts(backend, compiled, walker: Walker, value) -> bool:
+  """Walker verdict; an accepted text must also terminate a real session's preview."""
+  ok = walker.accepts(LLGuidanceFork(backend.new_session(compiled, b"")._m), value)
+  if ok:
+    data = list(walker.text.encode("utf-8")) + [EOS]
+    r = backend.new_session(compiled, b"").preview(data)
+    if not (r.accepted == len(data) and r.terminated):
+      raise AssertionError(f"session replay disagrees with the matcher on {walker.text[:80]!r}")
+  return ok
+
+
+def _error_key(e: ic.ConstraintError) -> str:
+  if isinstance(e, ic.UnsupportedConstraintError):
+    return e.construct
+  return type(e).__name__
+
+
+def llg_suite_table(backend, vocab) -> list[str]:
+  root = DATA / "json-schema-test-suite"
+  lines = ["| draft | groups | supported | rejected (class or construct: n) | cases in supported | "
+           "passed | narrowed (valid, unspellable) | invalid accepted | failures |",
+           "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+  for draft in ("draft2020-12", "draft7"):
+    c = collections.Counter()
+    rejected: collections.Counter = collections.Counter()
+    for path in _schema_suite.suite_files(root, draft):
+      text = path.read_text(encoding="utf-8")
+      for g, gx in zip(json.loads(text), json.loads(text, parse_float=Decimal)):
+        c["groups"] += 1
+        schema = g["schema"]
+        if draft == "draft7" and isinstance(schema, dict) and "$schema" not in schema:
+          schema = {"$schema": _schema_suite.DRAFT7_URI, **schema}
+        source = json.dumps(schema)
+        try:
+          compiled = backend.build(vocab, ic.OutputConstraint.json_schema(source))
+        except ic.ConstraintError as e:
+          rejected[_error_key(e)] += 1
+          continue
+        c["supported"] += 1
+        walker = Walker(EOS)
+        for case in gx["tests"]:
+          c["cases"] += 1
+          try:
+            ok = _llg_accepts(backend, compiled, walker, case["data"])
+          except SearchBudgetExceeded:
+            c["budget"] += 1
+            continue
+          except AssertionError as e:
+            c["failures"] += 1
+            print(f"  {path.name}: {e}")
+            continue
+          if ok == case["valid"]:
+            c["passed"] += 1
+          elif case["valid"] and llg_narrowing(case["data"], source, path.name, g["description"],
+                                               draft == "draft7"):
+            c["narrowed"] += 1
+          else:
+            c["failures"] += 1
+            c["invalid_accepted"] += not case["valid"]
+            print(f"  {path.name}: {g['description']}: {case['description']}: "
+                  f"{'valid rejected' if case['valid'] else 'INVALID accepted'}")
+    rej = ", ".join(f"{k}: {v}" for k, v in rejected.most_common(8))
+    rest = sum(rejected.values()) - sum(v for _, v in rejected.most_common(8))
+    rej += f", other: {rest}" if rest else ""
+    lines.append(f"| {draft} | {c['groups']} | {c['supported']} | {rej} | {c['cases']} | "
+                 f"{c['passed']} | {c['narrowed']} | {c['invalid_accepted']} | {c['failures']} |")
+    print(lines[-1], flush=True)
+  return lines
+
+
+def llg_bench_subset(backend, subset: str, vocab, limit: int | None) -> dict:
+  files = sorted((DATA / "jsonschemabench" / "data" / subset).glob("*.json"))[:limit]
+  mask_dir = DATA / "jsonschemabench" / "maskbench" / "data"
+  r = collections.Counter()
+  constructs: collections.Counter = collections.Counter()
+  dropped: collections.Counter = collections.Counter()
+  reasons: collections.Counter = collections.Counter()
+  t0 = time.perf_counter()
+  for f in files:
+    text = f.read_text(encoding="utf-8")
+    r["schemas"] += 1
+    try:
+      lenient = backend.build(vocab, ic.OutputConstraint.json_schema(text, lenient=True))
+      r["lenient_ok"] += 1
+      for _, kw in lenient.dropped:
+        dropped[kw] += 1
+    except ic.ConstraintError:
+      pass
+    try:
+      compiled = backend.build(vocab, ic.OutputConstraint.json_schema(text))
+    except ic.ConstraintError as e:
+      r["rejected"] += 1
+      constructs[_error_key(e)] += 1
+      continue
+    r["supported"] += 1
+    draft4 = "draft-04" in text[:400] or "draft-03" in text[:400]
+    walker = Walker(EOS, budget=5000, integer_floats=not draft4)
+    mb = mask_dir / f"{subset}---{f.name}"
+    if not mb.exists():
+      continue
+    for case in json.loads(mb.read_text(encoding="utf-8"), parse_float=Decimal).get("tests", []):
+      value, valid = case["data"], case["valid"]
+      try:
+        ok = _llg_accepts(backend, compiled, walker, value)
+      except SearchBudgetExceeded:
+        r["instances_budget"] += 1
+        continue
+      except AssertionError as e:
+        r["replay_failures"] += 1
+        print(f"  {f.name}: {e}")
+        continue
+      r["instances"] += 1
+      if ok == valid:
+        r["instances_agree"] += 1
+      elif valid and (why := llg_narrowing(value, text)):
+        r["valid_narrowed"] += 1
+        reasons[why] += 1
+      elif valid:
+        r["valid_rejected_unexplained"] += 1
+        print(f"  {f.name}: valid instance rejected: {json.dumps(value, default=str)[:100]}")
+      else:
+        r["invalid_accepted"] += 1
+        print(f"  {f.name}: INVALID instance accepted: {json.dumps(value, default=str)[:100]}")
+  r["seconds"] = round(time.perf_counter() - t0, 1)
+  return {"counts": r, "constructs": constructs, "dropped": dropped, "reasons": reasons}
+
+
+def xgrammar_figures(path: Path = XGRAMMAR_REPORT) -> dict[str, dict[str, str]]:
+  """Per-subset figures of the xgrammar report's JSONSchemaBench table (as written)."""
+  if not path.exists():
+    return {}
+  out = {}
+  for line in path.read_text(encoding="utf-8").splitlines():
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) == 13 and cells[0] in SUBSETS:
+      out[cells[0]] = {"schemas": cells[1], "supported": cells[2], "lenient": cells[4],
+                       "instances": cells[7], "agree": cells[8], "narrowed": cells[9],
+                       "unexplained": cells[11]}
+  return out
+
+
+def llguidance_main(args) -> None:
+  from infernix_jax.constrain.backends import llguidance as llg_backend
+
+  backend = llg_backend.LLGuidanceBackend()
+  vocab = byte_vocab()
+  subsets = args.subsets.split(",")
+  command = " ".join(["benchmarks/schema_coverage.py"] + sys.argv[1:])
+  lines = ["# JSON Schema coverage of the llguidance backend, beside xgrammar's", "",
+           f"Generated by `{command}` on {datetime.date.today().isoformat()} "
+           f"(llguidance {llg_backend.version()}, Python {platform.python_version()}, "
+           f"{platform.machine()}, byte-level vocabulary, `max_whitespace=32`). "
+           f"JSONSchemaBench subsets run: {', '.join(subsets)}"
+           + (f" (first {args.limit} schemas each)" if args.limit else "") + ".", "",
+           "The backend hands the user's schema to llguidance's own JSON Schema compiler (with "
+           "`pattern`s rewritten to explicit ECMAScript classes and `\\u` escapes disabled so "
+           "that keys have one spelling); xgrammar's figures (from "
+           "`docs/results/schema_coverage.md`, not rerun here) go through our exact-subset "
+           "checker first. Verdicts as in that report: some serialization of the value "
+           "followed by EOS terminates the real matcher, replayed through a session's preview. "
+           "A *narrowing* is a valid value the generation language cannot spell (counted "
+           "apart, by reason); an accepted invalid instance is a soundness failure. Instances "
+           "whose serialization search needs more than 5,000 steps are left out of the "
+           "verdicts and counted per subset (\"search budget exceeded\"; xgrammar's report "
+           "leaves them out the same way). Lenient drops include what llguidance relaxes by "
+           "itself (a `oneOf` it compiles as `anyOf`, recorded at every `oneOf`).", ""]
+  if not args.no_suite:
+    lines += ["## JSON-Schema-Test-Suite (byte vocabulary, real matcher + session replay)", ""]
+    lines += llg_suite_table(backend, vocab)
+  xgr = xgrammar_figures()
+  lines += ["", "## JSONSchemaBench, llguidance beside xgrammar", "",
+            "| subset | schemas | supported: llguidance | supported: xgrammar (strict checker) | "
+            "lenient compiles: llguidance | lenient: xgrammar | MaskBench instances: llguidance "
+            "| agree | valid narrowed | valid rejected, unexplained | INVALID accepted | "
+            "instances: xgrammar | agree | s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  details = []
+  for subset in subsets:
+    res = llg_bench_subset(backend, subset, vocab, args.limit)
+    c, x = res["counts"], xgr.get(subset, {})
+    lines.append(f"| {subset} | {c['schemas']} | {c['supported']} "
+                 f"({100 * c['supported'] / max(c['schemas'], 1):.1f}%) | "
+                 f"{x.get('supported', 'n/a')} | {c['lenient_ok']} | {x.get('lenient', 'n/a')} | "
+                 f"{c['instances']} | {c['instances_agree']} | {c['valid_narrowed']} | "
+                 f"{c['valid_rejected_unexplained']} | {c['invalid_accepted']} | "
+                 f"{x.get('instances', 'n/a')} | {x.get('agree', 'n/a')} | {c['seconds']} |")
+    top = ", ".join(f"`{k}` {v}" for k, v in res["constructs"].most_common(10))
+    drop = ", ".join(f"`{k}` {v}" for k, v in res["dropped"].most_common(8))
+    why = ", ".join(f"{k}: {v}" for k, v in res["reasons"].most_common())
+    extra = (f" Replay failures: {c['replay_failures']}." if c["replay_failures"] else "") + (
+        f" Search budget exceeded: {c['instances_budget']}." if c["instances_budget"] else "")
+    details.append(f"- {subset}: refused: {top or 'none'}. Lenient drops: {drop or 'none'}. "
+                   f"Narrowings: {why or 'none'}.{extra}")
+    print(lines[-1], flush=True)
+  if args.limit:
+    lines += ["", "xgrammar's columns are its full run; with `--limit` the llguidance columns "
+              "cover fewer schemas."]
+  lines += [""] + details
+  text = "\n".join(lines) + "\n"
+  print(text)
+  out = Path(args.out) if args.out else LLGUIDANCE_REPORT
+  out.write_text(text, encoding="utf-8")
+
+
 def main():
   ap = argparse.ArgumentParser()
+  ap.add_argument("--backend", choices=("xgrammar", "llguidance"), default="xgrammar",
+                  help="constraint backend to measure (default xgrammar)")
   ap.add_argument("--limit", type=int, default=None, help="schemas per subset (default all)")
-  ap.add_argument("--out", default=None, help="markdown file to write the tables to")
+  ap.add_argument("--out", default=None, help="markdown file to write the tables to (llguidance: "
+                  "default docs/results/schema_coverage_llguidance.md)")
   ap.add_argument("--subsets", default=",".join(SUBSETS), help="comma-separated subsets")
   ap.add_argument("--no-suite", action="store_true", help="skip the JSON-Schema-Test-Suite")
   args = ap.parse_args()
+  if args.backend == "llguidance":
+    return llguidance_main(args)
   vocab = byte_vocab()
   lines = ["## JSON-Schema-Test-Suite (byte vocabulary, real matcher + session replay)", ""]
   if not args.no_suite:
