@@ -191,7 +191,7 @@ def llg_narrowing(value, schema_text: str, file: str = "", group: str = "",
     return "1E+308 spelled as an integer overflows"
   if draft7 and file == "ref.json" and "sibling" in group:
     return "$ref siblings are intersected (draft-07 ignores them)"
-  for n in _schema_suite._numbers(value):
+  for n in schema_suite._numbers(value):
     if abs(n) >= 2**63 or (not isinstance(n, int) and len(Decimal(str(n)).as_tuple().digits) > 17):
       return "numbers beyond int64 / 17 significant digits"
   return None
@@ -222,13 +222,13 @@ def llg_suite_table(backend, vocab) -> list[str]:
   for draft in ("draft2020-12", "draft7"):
     c = collections.Counter()
     rejected: collections.Counter = collections.Counter()
-    for path in _schema_suite.suite_files(root, draft):
+    for path in schema_suite.suite_files(root, draft):
       text = path.read_text(encoding="utf-8")
       for g, gx in zip(json.loads(text), json.loads(text, parse_float=Decimal)):
         c["groups"] += 1
         schema = g["schema"]
         if draft == "draft7" and isinstance(schema, dict) and "$schema" not in schema:
-          schema = {"$schema": _schema_suite.DRAFT7_URI, **schema}
+          schema = {"$schema": schema_suite.DRAFT7_URI, **schema}
         source = json.dumps(schema)
         try:
           compiled = backend.build(vocab, ic.OutputConstraint.json_schema(source))

@@ -20,10 +20,10 @@ import pytest
 
 from infernix_jax import constrain as ic
 from infernix_jax import mask_layout
-from infernix_jax.constrain import _schema_suite
-from infernix_jax.constrain._schema_oracle import SearchBudgetExceeded, Walker
+from infernix_jax.testing import schema_suite as _schema_suite
+from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 from infernix_jax.constrain.backends.llguidance import LLGuidanceBackend
-from infernix_jax.constrain.demo import random_walk
+from infernix_jax.testing.random_walk import random_walk
 from infernix_jax.mask_layout import DEAD_END, READY, UNREACHABLE
 from tests.constrain.conftest import SHARED_DATA, TOY_CONTROL, TOY_EOS, toy_vocab
 

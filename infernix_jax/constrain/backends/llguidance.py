@@ -224,7 +224,7 @@ def _grammar_for(c: OutputConstraint) -> tuple[str, Any, type]:
   llg = _llg()
   kind = ConstraintKind(c.kind)
   if kind in (ConstraintKind.JSON_SCHEMA, ConstraintKind.JSON_OBJECT):
-    from infernix_jax.constrain import _schema
+    from infernix_jax.constrain.schema import check as _schema
 
     if kind == ConstraintKind.JSON_OBJECT:
       doc: Any = {"type": "object"}
