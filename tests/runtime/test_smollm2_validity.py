@@ -49,3 +49,45 @@ def test_completed_outputs_validate_with_jsonschema():
       completed += 1
   assert completed >= len(SCHEMAS) // 2, [(r.finish_reason, r.text) for r in results]
   assert sum(r.constraint.jump_forward_tokens for r in results) > 0
+
+
+def test_backends_give_the_same_greedy_tokens():
+  """The main job's schema and JSONSchemaBench schemas, greedy on SmolLM2: every backend that
+  supports a schema commits xgrammar's tokens, on both bridges."""
+  from infernix_jax import constrain as ic
+  from infernix_jax import models as im
+  from infernix_jax.constrain import backends
+  from infernix_jax.runtime import Engine, GenerationRequest, drafters
+  from infernix_jax.runtime.cli import DEMO_PROMPT, DEMO_SCHEMA
+
+  cfg, model, source = im.load_default()
+  tok = im.load_tokenizer(source)
+  vocab = ic.Vocabulary.from_gguf(source)
+  items = [(DEMO_PROMPT, DEMO_SCHEMA)] + [
+      (f"Reply with JSON matching this schema: {t}", t)
+      for t in ((DATA / f"{n}.json").read_text() for n in SCHEMAS)]
+  prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}]))
+             for p, _ in items]
+  specs = [ic.OutputConstraint.json_schema(s) for _, s in items]
+  drafter = drafters.create("ngram", k=4, jump_forward=True)
+  runs = {}
+  for bridge in ("stages", "callback"):
+    engine = Engine(model, vocab, drafter, lanes=len(items), capacity=320, cfg=cfg,
+                    bridge=bridge)
+    for name in backends.names():
+      keep = []
+      for i, spec in enumerate(specs):
+        try:
+          backends.get(name).check(spec)
+          keep.append(i)
+        except ic.ConstraintError:
+          pass
+      results = engine.generate([GenerationRequest(prompts[i], max_tokens=48,
+                                                   constraint=specs[i], backend=name)
+                                 for i in keep])
+      for i, r in zip(keep, results):
+        assert r.error is None, (name, bridge, r.error)
+        runs[(name, bridge, i)] = r.token_ids
+  for (name, bridge, i), tokens in runs.items():
+    assert tokens == runs[("xgrammar", "stages", i)], (name, bridge, i)
+  assert {n for n, _, _ in runs} >= {"xgrammar", "llguidance"}
