@@ -78,7 +78,7 @@ def test_backends_give_the_same_greedy_tokens():
       keep = []
       for i, spec in enumerate(specs):
         try:
-          backends.get(name).check(spec)
+          engine.compiler.compile(spec, backend=name)
           keep.append(i)
         except ic.ConstraintError:
           pass
