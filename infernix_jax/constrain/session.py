@@ -65,6 +65,8 @@ class OutputSession:
   Create through `CompiledConstraint.new_session(prefix=...)`.
   """
 
+  backend = "xgrammar"  # the registry name of the backend that opens it
+
   def __init__(self, compiled, prefix: bytes | str = b""):
     self.compiled = compiled
     self.vocab = compiled.vocab
