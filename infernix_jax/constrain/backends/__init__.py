@@ -26,13 +26,17 @@ _REGISTRY: dict[str, ConstraintBackend | str] = {}
 _lock = threading.Lock()
 
 
-def register(backend: ConstraintBackend | str, *, name: str | None = None) -> None:
+def register(backend: ConstraintBackend | str, *, name: str | None = None
+             ) -> ConstraintBackend | str:
   """Adds a backend under its name (a second, different one with the same name is an error).
 
   Args:
     backend: a backend instance (registered under ``backend.name``), or ``"module:Class"``
       (imported and instantiated on first `get`; then ``name`` is required).
     name: the registry name of a ``"module:Class"`` entry (must equal the class's ``name``).
+
+  Returns:
+    ``backend`` (so a class's instance can be registered where it is defined).
   """
   if isinstance(backend, str):
     if not name or ":" not in backend:
@@ -43,9 +47,11 @@ def register(backend: ConstraintBackend | str, *, name: str | None = None) -> No
     raise ValueError(f"{AUTO!r} is the routing policy, not a backend name")
   with _lock:
     old = _REGISTRY.get(name)
-    if old is not None and old is not backend and old != backend:
+    if old is None:
+      _REGISTRY[name] = backend
+    elif old is not backend and old != backend:
       raise ValueError(f"a constraint backend named {name!r} is already registered")
-    _REGISTRY[name] = backend
+  return backend
 
 
 def get(name: str) -> ConstraintBackend:
