@@ -33,9 +33,18 @@ class TrieBackend:
 
   def build(self, vocab, constraint: OutputConstraint) -> BuildResult:
     """Compiles the choice set (the shared per-vocabulary token index is built once)."""
-    from infernix_jax.constrain.trie.compiled import compile_choice
+    from infernix_jax.constrain.trie import compiled as trie_compiled
 
-    compiled = compile_choice(vocab, constraint.source)
+    source, raw = constraint.source, ()
+    if isinstance(source, tuple) and all(isinstance(v, str) for v in source):
+      try:
+        raw = tuple(v.encode("utf-8") for v in source)
+      except UnicodeEncodeError:  # compile_choice names the index
+        raw = ()
+    if raw and all(a < b for a, b in zip(raw, raw[1:])):  # canonical already: no second sort
+      compiled = trie_compiled._compile_canonical(vocab, raw)
+    else:  # validates (ChoiceError) and canonicalises
+      compiled = trie_compiled.compile_choice(vocab, source)
     return BuildResult(compiled, compiled.nbytes, compiled.compiled_source)
 
   def new_session(self, compiled, prefix: bytes):
