@@ -23,7 +23,8 @@ class CompiledTrie:
     automaton: the TrieAutomaton tables.
     index_seconds: time spent building the vocabulary index in this compile (0 when cached).
     build_seconds: wall time of the build (index included).
-    constraint: the OutputConstraint, when compiled through ``ConstraintCompiler``.
+    constraint: the OutputConstraint, when the caller gave one (None from the compile cache,
+      which keeps it on the ``CompiledConstraint``).
     cache_status: ``"built"`` or ``"hit"`` (the call that returned this object).
     compile_seconds: wall seconds the call spent (lookup or build).
   """
