@@ -5,7 +5,7 @@ Pure host code (numpy + xgrammar through `_xgr`); never imports jax, torch or tr
   from infernix_jax import constrain as ic
   vocab = ic.Vocabulary.from_tokenizer_json(path)
   compiled = ic.ConstraintCompiler(vocab).compile(ic.OutputConstraint.json_schema(text))
-  session = compiled.new_session()
+  session = compiled.new_session()        # compiled.backend: "xgrammar", "trie", ...
 """
 
 from infernix_jax.constrain.errors import (
@@ -20,6 +20,7 @@ from infernix_jax.constrain.errors import (
     UnsupportedConstraintError,
     UnsupportedSchemaError,
 )
+from infernix_jax.constrain import backends
 from infernix_jax.constrain.batch import fill_batch
 from infernix_jax.constrain.compiler import (
     DEFAULT_CACHE_BYTES,
@@ -42,6 +43,7 @@ __all__ = [
     "OutputConstraint",
     "OutputSession",
     "PreviewResult",
+    "backends",
     "fill_batch",
     "framing",
     "ConstraintError",

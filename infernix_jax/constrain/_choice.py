@@ -23,6 +23,13 @@ def canonical_choices(values: Iterable[str]) -> tuple[str, ...]:
     ChoiceError: not a list of strings, empty, or a string that is not valid Unicode text
       (lone surrogates); location is the offending index.
   """
+  if isinstance(values, (list, tuple)) and values:  # fast path: one encode per value
+    try:
+      raw = sorted({v.encode("utf-8") for v in values})
+    except (AttributeError, TypeError, UnicodeEncodeError):
+      raw = None  # the checks below name the offending index
+    if raw is not None and all(isinstance(v, str) for v in values):
+      return tuple(b.decode("utf-8") for b in raw)
   if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple)):
     raise ChoiceError(f"choices must be a list of strings, got {type(values).__name__}")
   if not values:

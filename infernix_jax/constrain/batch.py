@@ -1,4 +1,4 @@
-"""fill_batch: many sessions' lookahead masks into one [B, K+1, W] buffer, disabled rows skipped."""
+"""fill_batch: many sessions' lookahead masks into one [B, K+1, W] buffer, one call per backend."""
 
 from __future__ import annotations
 
@@ -7,22 +7,26 @@ from typing import Sequence
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.constrain import _xgr
+from infernix_jax.constrain import _xgr, backends
 
 
 def fill_batch(sessions: Sequence, drafts: np.ndarray, n_drafts: np.ndarray, out: np.ndarray,
                *, batch_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
   """Fills per-position masks for a batch of rows.
 
+  Rows are grouped by their session's ``backend`` and each backend fills its rows in one
+  `ConstraintBackend.fill_batch` call (the other rows passed as None, so nothing is copied).
+
   Args:
-    sessions: B entries, each an OutputSession (or any object with ``lookahead(drafts, out)``,
-      e.g. a trie session) or None for an unconstrained row.
+    sessions: B entries, each a session (``session.backend`` names its backend) or None for
+      an unconstrained row. A session without a ``backend`` attribute is filled by its own
+      ``lookahead``.
     drafts: int32 [B, K] proposed ids (row b uses its first ``n_drafts[b]``).
     n_drafts: int [B] real proposal extent per row (0..K).
     out: C-contiguous int32 numpy buffer [B, K+1, W].
-    batch_threads: when > 0, position 0 of the xgrammar-backed rows whose committed mask is
-      not cached yet is filled by xgrammar's BatchGrammarMatcher with this many threads
-      (worth it for large B on a machine with idle cores); 0 = per-row filling only.
+    batch_threads: host threads a backend may use (xgrammar: position 0 of rows whose
+      committed mask is not cached yet comes from one BatchGrammarMatcher call, worth it for
+      large B on a machine with idle cores); 0 = the calling thread only.
 
   Returns:
     (states int8 [B, K+1], enabled bool [B]). A disabled row (None) is not filled: its
@@ -41,34 +45,22 @@ def fill_batch(sessions: Sequence, drafts: np.ndarray, n_drafts: np.ndarray, out
   if b_size == 0:
     return np.zeros((0, out.shape[1]), np.int8), np.zeros(0, bool)
   _xgr.check_buffer(out, out.shape[-1])
-  states = np.full((b_size, out.shape[1]), mask_layout.READY, np.int8)
+  states = np.full((b_size, out.shape[1]), mask_layout.READY, np.int8)  # [B, P]
   enabled = np.array([s is not None for s in sessions], bool)
-  if batch_threads > 0:
-    _prefill_frontiers(sessions, out, batch_threads)
+  groups: dict[str | None, list[int]] = {}
   for b, s in enumerate(sessions):
-    if s is None:
-      continue
-    n = int(n_drafts[b])
-    row = s.lookahead(drafts[b, :n], out=out[b, :n + 1])
-    states[b, :n + 1] = row
-    if n + 1 < out.shape[1]:
-      states[b, n + 1:] = mask_layout.UNREACHABLE
-      out[b, n + 1:] = 0
+    if s is not None:
+      groups.setdefault(getattr(s, "backend", None), []).append(b)
+  for name, rows in groups.items():
+    if len(rows) == b_size:
+      part = sessions
+    else:
+      part = [None] * b_size
+      for b in rows:
+        part[b] = sessions[b]
+    if name is None:
+      got = backends.fill_rows(part, drafts, n_drafts, out)
+    else:
+      got = backends.get(name).fill_batch(part, drafts, n_drafts, out, threads=batch_threads)
+    states[rows] = got[rows]
   return states, enabled
-
-
-def _prefill_frontiers(sessions: Sequence, out: np.ndarray, threads: int) -> None:
-  """Computes the uncached committed-state masks of xgrammar sessions in one batch call."""
-  from infernix_jax.constrain.session import OutputSession
-
-  rows = [b for b, s in enumerate(sessions) if isinstance(s, OutputSession)
-          and s._frontier is None and s._pending is None and not s._m.is_terminated()]
-  if len(rows) < 2:
-    return
-  matcher = sessions[rows[0]].vocab.lazy(f"constrain.batch_matcher.{threads}",
-                                         lambda: _xgr.batch_matcher(threads))
-  flat = out.reshape(-1, out.shape[-1])  # [B*(K+1), W] view of the same memory
-  p = out.shape[1]
-  matcher.batch_fill_next_token_bitmask([sessions[b]._m for b in rows], flat, [b * p for b in rows])
-  for b in rows:
-    sessions[b]._set_frontier(out[b, :1].copy())

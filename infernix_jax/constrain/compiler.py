@@ -1,9 +1,11 @@
-"""ConstraintCompiler: validation + compilation behind a byte-budgeted, shared compile cache.
+"""ConstraintCompiler: one byte-budgeted, shared compile cache in front of every backend.
 
-Cache key = kind + canonical source (JSON parsed and re-serialized order-preserving; choice =
-the deduplicated literal set; GBNF/regex = the text) + options (lenient, whitespace run) +
-framing + vocabulary identity. A continuation prefix is never part of the key (it only
-advances a new matcher). Behaviour (reference 000, compile cache):
+The backend that compiles a constraint comes from the registry (`constrain.backends`): an
+explicit name, or ``"auto"`` routing (`backends.resolve`). Cache key = backend name + kind +
+canonical source (JSON parsed and re-serialized order-preserving; choice = the deduplicated
+literal set; GBNF/regex = the text) + options (lenient, whitespace run) + framing +
+vocabulary identity. A continuation prefix is never part of the key (it only advances a new
+matcher). Behaviour (reference 000, compile cache), the same for every backend:
 
   * a hit returns the shared immutable compiled grammar without parsing or converting again
     (the exact source text is looked up first; canonicalisation runs only on a miss of it);
@@ -26,9 +28,7 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
-from infernix_jax.constrain import _xgr
+from infernix_jax.constrain import backends
 from infernix_jax.constrain import errors
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import Vocabulary
@@ -54,18 +54,20 @@ class CompileStats:
 class _Entry:
   """One shared, immutable compiled constraint (what the cache holds)."""
 
-  __slots__ = ("key", "constraint", "vocab", "grammar", "nbytes", "dropped", "build_seconds",
-               "compiled_source", "__weakref__")
+  __slots__ = ("key", "backend", "constraint", "vocab", "grammar", "nbytes", "dropped",
+               "build_seconds", "compiled_source", "__weakref__")
 
-  def __init__(self, key, constraint, vocab, grammar, dropped, build_seconds, compiled_source):
+  def __init__(self, key, backend: str, constraint, vocab, built: backends.BuildResult,
+               build_seconds: float):
     self.key = key
+    self.backend = backend
     self.constraint = constraint
     self.vocab = vocab
-    self.grammar = grammar
-    self.nbytes = _xgr.compiled_memory_bytes(grammar)
-    self.dropped = dropped
+    self.grammar = built.grammar
+    self.nbytes = int(built.nbytes)
+    self.dropped = tuple(built.dropped)
     self.build_seconds = build_seconds
-    self.compiled_source = compiled_source
+    self.compiled_source = built.compiled_source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +83,16 @@ class CompiledConstraint:
   _entry: _Entry
   cache_status: str
   compile_seconds: float
+
+  @property
+  def backend(self) -> str:
+    """The registry name of the backend that compiled it (and opens its sessions)."""
+    return self._entry.backend
+
+  @property
+  def grammar(self) -> Any:
+    """The backend's compiled object (a `trie.CompiledTrie` for "trie"; opaque otherwise)."""
+    return self._entry.grammar
 
   @property
   def constraint(self) -> OutputConstraint:
@@ -111,14 +123,17 @@ class CompiledConstraint:
     return self._entry.compiled_source
 
   def new_session(self, prefix: bytes | str = b""):
-    """A new OutputSession (its own matcher) positioned after the continuation ``prefix``.
+    """A new session of its backend (its own matcher) after the continuation ``prefix``.
+
+    Returns:
+      A `backends.ConstraintSession` (``session.backend == self.backend``).
 
     Raises:
       PrefixError: the constraint's language has no output starting with ``prefix``.
     """
-    from infernix_jax.constrain.session import OutputSession
-
-    return OutputSession(self, prefix=prefix)
+    if isinstance(prefix, str):
+      prefix = prefix.encode("utf-8")
+    return backends.get(self._entry.backend).new_session(self, bytes(prefix))
 
 
 class _Pending:
@@ -155,6 +170,14 @@ class ConstraintCompiler:
     self._stats_lock = threading.Lock()
     self._cold = vocab.lazy("constrain.cold_slots", lambda: threading.BoundedSemaphore(max_cold))
 
+  @classmethod
+  def for_vocab(cls, vocab: Vocabulary) -> "ConstraintCompiler":
+    """The vocabulary's shared compiler (built on first use, default budget).
+
+    For callers handed no compiler (framing's `prepare_output`); an engine passes its own.
+    """
+    return vocab.lazy("constrain.ConstraintCompiler", lambda: cls(vocab))
+
   # --- public ----------------------------------------------------------------------------------
 
   @property
@@ -167,8 +190,8 @@ class ConstraintCompiler:
 
   def __contains__(self, constraint: OutputConstraint) -> bool:
     try:
-      return self._canonical_key(constraint) in self._entries
-    except errors.ConstraintError:
+      return self._canonical_key(constraint, backends.resolve(constraint)) in self._entries
+    except ValueError:  # ConstraintError included
       return False
 
   def clear(self) -> None:
@@ -178,30 +201,29 @@ class ConstraintCompiler:
       self._alias.clear()
       self._used = 0
 
-  def compile(self, constraint: OutputConstraint, backend: str = "auto") -> CompiledConstraint:
+  def compile(self, constraint: OutputConstraint,
+              backend: str | None = None) -> CompiledConstraint:
     """Validates and compiles ``constraint`` (or reuses the cached result).
 
     Args:
       constraint: the content constraint.
-      backend: ``"auto"`` (choice sets of at least ``trie.threshold()`` values go to the trie
-        backend, everything else to XGrammar), ``"trie"`` (choice only) or ``"xgrammar"``.
+      backend: a registered backend name (``backends.names()``) or ``"auto"`` (a choice of
+        at least ``trie.threshold()`` distinct values goes to the trie, everything else to
+        xgrammar: `backends.resolve`); None = ``constraint.backend`` (default ``"auto"``).
 
     Returns:
-      A `CompiledConstraint` (shared grammar + this call's cache status and seconds).
+      A `CompiledConstraint` (shared compiled object + this call's cache status and seconds).
 
     Raises:
+      ValueError: an unknown backend name (the message lists the registered ones).
+      UnsupportedConstraintError: the chosen backend cannot express the constraint.
       ConstraintError: the constraint is invalid or unsupported (a subclass naming where).
     """
     t0 = time.perf_counter()
     if not isinstance(constraint, OutputConstraint):
       raise TypeError(f"expected an OutputConstraint, got {type(constraint).__name__}")
-    if backend != "xgrammar":  # large finite sets: trie automaton backend (constrain/trie)
-      from infernix_jax.constrain import trie
-
-      routed = trie.route(self, constraint, backend)
-      if routed is not None:
-        return routed
-    raw = self._raw_key(constraint)
+    asked = backends.requested(constraint, backend)
+    raw = self._raw_key(constraint, asked)
     if raw is not None:
       with self._lock:
         key = self._alias.get(raw)
@@ -210,7 +232,10 @@ class ConstraintCompiler:
           self._entries.move_to_end(key)
           return self._done(entry, "hit", t0)
     try:
-      key = self._canonical_key(constraint)
+      name = backends.resolve(constraint, asked)
+      impl = backends.get(name)
+      impl.check(constraint)
+      key = self._canonical_key(constraint, name)
     except errors.ConstraintError:
       with self._stats_lock:
         self.stats.errors += 1
@@ -256,15 +281,17 @@ class ConstraintCompiler:
   def _options(self, c: OutputConstraint) -> tuple:
     return (bool(c.lenient), int(c.max_whitespace), str(c.framing), self.vocab.identity)
 
-  def _raw_key(self, c: OutputConstraint) -> tuple | None:
+  def _raw_key(self, c: OutputConstraint, asked: str) -> tuple | None:
+    """The exact-source alias key: what was asked for, before routing and canonicalisation."""
     try:
-      key = ("raw", c.kind, c.source) + self._options(c)
+      key = ("raw", c.kind, c.source) + backends.route_key(asked) + self._options(c)
       hash(key)
       return key
     except TypeError:
       return None
 
-  def _canonical_key(self, c: OutputConstraint) -> tuple:
+  def _canonical_key(self, c: OutputConstraint, backend: str) -> tuple:
+    """(backend, kind, canonical source) + options: equal keys compile to the same thing."""
     kind = ConstraintKind(c.kind)
     if kind == ConstraintKind.CHOICE:
       from infernix_jax.constrain import _choice
@@ -280,47 +307,21 @@ class ConstraintCompiler:
           source = json.dumps(json.loads(c.source), ensure_ascii=False, separators=(",", ":"))
         except (ValueError, RecursionError):
           pass
-    return (kind.value, source) + self._options(c)
+    return (backend, kind.value, source) + self._options(c)
 
   # --- build -----------------------------------------------------------------------------------
 
   def _build(self, key: tuple, c: OutputConstraint) -> _Entry:
+    """Builds ``c`` with the backend the key names (key[0]) and its canonical source (key[2])."""
     t0 = time.perf_counter()
-    kind = ConstraintKind(c.kind)
+    backend = backends.get(key[0])
     if c.max_whitespace < 0:
       raise errors.FeatureConflictError(f"max_whitespace={c.max_whitespace} must be >= 0")
-    if c.framing:
-      raise errors.FeatureConflictError(
-          f"framing {c.framing!r} is not known to the content compiler; compile framed "
-          "grammars through infernix_jax.constrain.framing")
-    dropped: tuple = ()
-    if kind == ConstraintKind.GRAMMAR:
-      from infernix_jax.constrain import _gbnf
-
-      text = _gbnf.check_gbnf(c.source)
-      grammar = _guard(errors.GrammarSyntaxError, lambda: _xgr.compile_grammar(self.vocab, text))
-    elif kind == ConstraintKind.CHOICE:
-      from infernix_jax.constrain import _choice
-
-      text = _choice.choice_gbnf(key[1])
-      grammar = _guard(errors.ChoiceError, lambda: _xgr.compile_grammar(self.vocab, text))
-    elif kind == ConstraintKind.REGEX:
-      from infernix_jax.constrain import _regex
-
-      text = _regex.check_regex(c.source)
-      grammar = _guard(errors.RegexError, lambda: _xgr.compile_regex(self.vocab, text))
+    if ConstraintKind(c.kind) == ConstraintKind.CHOICE:  # the backend gets the canonical set
+      built = backend.build(self.vocab, dataclasses.replace(c, source=key[2]))
     else:
-      from infernix_jax.constrain import schema as _schema
-
-      if kind == ConstraintKind.JSON_OBJECT:
-        text = _schema.JSON_OBJECT_SCHEMA
-      else:
-        check = _schema.check_json_schema(c.source, lenient=bool(c.lenient))
-        text, dropped = check.schema_json, tuple(check.dropped)
-      grammar = _guard(errors.UnsupportedSchemaError, lambda: _xgr.compile_json_schema(
-          self.vocab, text, max_whitespace=int(c.max_whitespace)))
-    _check_initial_mask(self.vocab, grammar, kind)
-    return _Entry(key, c, self.vocab, grammar, dropped, time.perf_counter() - t0, text)
+      built = backend.build(self.vocab, c)
+    return _Entry(key, backend.name, c, self.vocab, built, time.perf_counter() - t0)
 
   def _insert(self, entry: _Entry) -> None:
     """Adds ``entry`` and evicts least-recently-used results beyond the budget (lock held)."""
@@ -358,26 +359,3 @@ def _require_text(kind: ConstraintKind, source: Any) -> None:
     cls = {ConstraintKind.GRAMMAR: errors.GrammarSyntaxError,
            ConstraintKind.REGEX: errors.RegexError}.get(kind, errors.SchemaError)
     raise cls(f"a {kind.value} constraint needs its source as str, got {type(source).__name__}")
-
-
-def _guard(error_cls: type[errors.ConstraintError], build):
-  """Runs a matcher-library compile; anything it raises becomes a user ``error_cls``."""
-  try:
-    return build()
-  except errors.ConstraintError:
-    raise
-  except (RuntimeError, ValueError, TypeError, OverflowError, RecursionError) as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise error_cls(f"the constraint could not be compiled: {first}") from None
-
-
-def _check_initial_mask(vocab: Vocabulary, grammar: Any, kind: ConstraintKind) -> None:
-  """A constraint with no legal token at its initial position is a request error."""
-  matcher = _xgr.new_matcher(grammar)
-  buf = np.zeros((1, vocab.mask_words), np.int32)
-  matcher.fill_next_token_bitmask(buf, 0)
-  if not buf.any():
-    cls = errors.SchemaError if kind in (ConstraintKind.JSON_SCHEMA,
-                                         ConstraintKind.JSON_OBJECT) else errors.ConstraintError
-    raise cls("no output satisfies this constraint with this vocabulary (the first position "
-              "has no legal token)", "" if cls is errors.SchemaError else None)

@@ -68,6 +68,8 @@ class OutputSession:
   Create through `CompiledConstraint.new_session(prefix=...)`.
   """
 
+  backend = "xgrammar"  # the registry name of the backend that opens it
+
   def __init__(self, compiled, prefix: bytes | str = b"", *,
                utf8_switch: Mapping[int, int] | None = None, utf8_start: int = _utf8.CLEAN):
     """Starts a session after the continuation ``prefix``.

@@ -33,8 +33,13 @@ class OutputConstraint:
     lenient: JSON Schema only: drop unsupported assertion keywords (recorded with their JSON
       Pointer on the compiled constraint) instead of rejecting them. Off by default.
     max_whitespace: JSON kinds: the longest run of insignificant whitespace between tokens.
-    framing: the model's output framing this content sits in ("" = bare content). Part of
-      the cache identity; a continuation prefix is not.
+    framing: "" for bare content; otherwise the name of the output framing (e.g. "qwen")
+      whose whole-output grammar the source is (grammar kind only; built by
+      `constrain.framing`, which may match control tokens by id). Part of the cache identity;
+      a continuation prefix is not.
+    backend: the constraint backend that compiles it: a registered name
+      (`constrain.backends.names()`) or "auto" (routing by `backends.resolve`). An explicit
+      ``ConstraintCompiler.compile(..., backend=)`` overrides it.
   """
 
   kind: ConstraintKind
@@ -42,6 +47,7 @@ class OutputConstraint:
   lenient: bool = False
   max_whitespace: int = DEFAULT_MAX_WHITESPACE
   framing: str = ""
+  backend: str = "auto"
 
   @classmethod
   def grammar(cls, gbnf: str) -> "OutputConstraint":
@@ -79,5 +85,17 @@ class OutputConstraint:
     return cls(ConstraintKind.REGEX, pattern)
 
   def with_framing(self, framing: str) -> "OutputConstraint":
-    """The same constraint inside another model framing (a different cache identity)."""
+    """The same grammar as the whole output of framing ``framing`` (a different cache identity;
+    see the ``framing`` attribute)."""
     return dataclasses.replace(self, framing=framing)
+
+  def with_backend(self, backend: str) -> "OutputConstraint":
+    """The same constraint for another backend (a registered name or "auto").
+
+    Raises:
+      ValueError: an unknown name (the message lists the registered backends).
+    """
+    from infernix_jax.constrain import backends
+
+    backends.requested(self, backend)
+    return dataclasses.replace(self, backend=backend)

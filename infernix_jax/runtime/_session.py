@@ -56,8 +56,7 @@ def build_session(request: GenerationRequest, compiler: Any):
     return framed
   if request.constraint is None:
     return None, None
-  compiled = (compiler.compile(request.constraint, backend=request.backend) if request.backend
-              else compiler.compile(request.constraint))
+  compiled = compiler.compile(request.constraint, backend=request.backend)
   session = compiled.new_session()
   report = ConstraintReport(kind=constraint_kind(request.constraint))
   report.cache = compiled.cache_status
@@ -76,7 +75,7 @@ def _framed_session(request: GenerationRequest, compiler: Any):
   t0 = time.perf_counter()
   prepared = framing.prepare_for_request(compiler.vocab, request.prompt_ids, tools=request.tools,
                                          tool_choice=request.tool_choice,
-                                         constraint=request.constraint)
+                                         constraint=request.constraint, compiler=compiler)
   if prepared is None:
     return None
   if request.backend not in (None, "auto", "xgrammar"):

@@ -25,7 +25,7 @@ class _Bits:
     self._u = words.view(np.uint32)
 
   def __contains__(self, t: int) -> bool:
-    return bool((int(self._u[t >> 5]) >> (t & 31)) & 1)
+    return mask_layout.bit(self._u, t)
 
 
 class LegalWalker:

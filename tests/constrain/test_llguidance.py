@@ -39,7 +39,7 @@ def byte_vocab():
 
 
 def build(vocab, constraint):
-  return BACKEND.build(vocab, constraint)
+  return BACKEND.build(vocab, constraint).grammar
 
 
 def session(vocab, constraint, prefix=b""):

@@ -47,19 +47,19 @@ def _random_drafts(rng, vocab, session, a, k):
 
 def test_dispatch_backends(pair):
   vocab, compiler, t, x = pair
-  assert isinstance(t, trie.CompiledTrie) and t.cache_status == "built"
-  assert not isinstance(x, trie.CompiledTrie)
+  assert t.backend == "trie" and isinstance(t.grammar, trie.CompiledTrie)
+  assert t.cache_status == "built" and x.backend == "xgrammar"
   again = compiler.compile(ic.OutputConstraint.choice(list(reversed(VALUES))), backend="trie")
-  assert again.cache_status == "hit" and again.automaton is t.automaton
+  assert again.cache_status == "hit" and again.grammar is t.grammar
   same = compiler.compile(ic.OutputConstraint.choice(VALUES), backend="trie")   # exact-source alias
-  assert same.cache_status == "hit" and same.automaton is t.automaton
+  assert same.cache_status == "hit" and same.grammar is t.grammar
   big = ic.OutputConstraint.choice(tool_names(trie.threshold(), 2))
   small = ic.OutputConstraint.choice(tool_names(trie.threshold() - 1, 2))
-  assert isinstance(compiler.compile(big), trie.CompiledTrie)
-  assert not isinstance(compiler.compile(small), trie.CompiledTrie)
+  assert compiler.compile(big).backend == "trie"
+  assert compiler.compile(small).backend == "xgrammar"
   with pytest.raises(ValueError):
     compiler.compile(big, backend="fsm")
-  with pytest.raises(ic.FeatureConflictError):
+  with pytest.raises(ic.UnsupportedConstraintError):
     compiler.compile(ic.OutputConstraint.regex("a+"), backend="trie")
   with pytest.raises(ic.ChoiceError):
     compiler.compile(ic.OutputConstraint.choice([]), backend="trie")
@@ -68,7 +68,7 @@ def test_dispatch_backends(pair):
 
 def test_lookahead_preview_commit_equal_xgrammar(pair):
   vocab, _, t, x = pair
-  a = t.automaton
+  a = t.grammar.automaton
   rng = random.Random(0)
   k = 5
   buf_t = np.zeros((k + 1, vocab.mask_words), np.int32)
@@ -118,7 +118,7 @@ def test_prefix_rollback_and_errors(pair):
   r = s.accept(list(toks))
   assert r.accepted == 2 and r.complete and not r.terminated and s.can_continue  # get_user_info
   s.rollback(1)
-  assert s.node == t.automaton.walk_bytes(b"get")
+  assert s.node == t.grammar.automaton.walk_bytes(b"get")
   s.rollback(1)
   assert s.node == start
   with pytest.raises(ValueError):
@@ -159,11 +159,11 @@ def test_vectorized_fill_batch_equals_rowwise(pair):
     c = t if i % 2 else other
     s = c.new_session()
     for _ in range(rng.randint(0, 4)):     # random committed state (maybe terminated)
-      legal = c.automaton.legal_ids(s.node)
+      legal = c.grammar.automaton.legal_ids(s.node)
       if legal.size and not s.terminated:
         s.accept([int(legal[rng.randrange(legal.size)])])
     sessions.append(s)
-    drafts.append(_random_drafts(rng, vocab, s, c.automaton, k))
+    drafts.append(_random_drafts(rng, vocab, s, c.grammar.automaton, k))
   drafts = np.array(drafts, np.int32)
   n = np.array([rng.randint(0, k) for _ in range(b)])
   want_out = np.full((b, k + 1, vocab.mask_words), 7, np.int32)
@@ -174,7 +174,7 @@ def test_vectorized_fill_batch_equals_rowwise(pair):
   np.testing.assert_array_equal(got[1], want[1])
   np.testing.assert_array_equal(got_out[want[1]], want_out[want[1]])
   assert (got_out[~want[1]] == 7).all()       # unconstrained rows untouched
-  only = [s for s in sessions if s is not None and s.automaton is t.automaton]
+  only = [s for s in sessions if s is not None and s.automaton is t.grammar.automaton]
   m = len(only)
   out1 = np.zeros((m, k + 1, vocab.mask_words), np.int32)
   out2 = np.zeros_like(out1)

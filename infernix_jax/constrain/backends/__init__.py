@@ -1,35 +1,76 @@
-"""Constraint backends behind one interface, registered by name.
+"""Constraint backends behind one interface, registered by name, and the ``auto`` routing.
 
   from infernix_jax.constrain import backends
-  backends.names()                 # ("xgrammar", "trie", "llguidance", ...)
-  backend = backends.get("trie")   # a ConstraintBackend
+  backends.names()                 # ("xgrammar", "trie", ...) in registration order
+  backend = backends.get("trie")   # a ConstraintBackend (imported on first use)
+  backends.resolve(constraint)     # the name that compiles it ("auto" routed)
 
 Adding a backend: one module implementing `ConstraintBackend` / `ConstraintSession`
-(`backends/base.py`) plus one `register(...)` line below.
+(`backends/base.py`) plus one `register(...)` line at the bottom of this file. Entries given
+as ``"module:Class"`` are imported on first `get`, so importing the package never loads a
+matcher library (nor what it imports).
 """
 
 from __future__ import annotations
 
-from infernix_jax.constrain.backends.base import ConstraintBackend, ConstraintSession
+import importlib
+import threading
+from typing import Any
 
-_REGISTRY: dict[str, ConstraintBackend] = {}
+from infernix_jax.constrain.backends.base import (BuildResult, ConstraintBackend,
+                                                  ConstraintSession, fill_rows)
+
+AUTO = "auto"  # the routing policy name (not a backend): see `resolve`
+
+_REGISTRY: dict[str, ConstraintBackend | str] = {}
+_lock = threading.Lock()
 
 
-def register(backend: ConstraintBackend) -> ConstraintBackend:
-  """Adds a backend under its `name` (a second one with the same name is an error)."""
-  if backend.name in _REGISTRY and _REGISTRY[backend.name] is not backend:
-    raise ValueError(f"a constraint backend named {backend.name!r} is already registered")
-  _REGISTRY[backend.name] = backend
+def register(backend: ConstraintBackend | str, *, name: str | None = None
+             ) -> ConstraintBackend | str:
+  """Adds a backend under its name (a second, different one with the same name is an error).
+
+  Args:
+    backend: a backend instance (registered under ``backend.name``), or ``"module:Class"``
+      (imported and instantiated on first `get`; then ``name`` is required).
+    name: the registry name of a ``"module:Class"`` entry (must equal the class's ``name``).
+
+  Returns:
+    ``backend`` (so a class's instance can be registered where it is defined).
+  """
+  if isinstance(backend, str):
+    if not name or ":" not in backend:
+      raise ValueError(f"register({backend!r}) needs the form 'module:Class' and a name=")
+  else:
+    name = backend.name
+  if name == AUTO:
+    raise ValueError(f"{AUTO!r} is the routing policy, not a backend name")
+  with _lock:
+    old = _REGISTRY.get(name)
+    if old is None:
+      _REGISTRY[name] = backend
+    elif old is not backend and old != backend:
+      raise ValueError(f"a constraint backend named {name!r} is already registered")
   return backend
 
 
 def get(name: str) -> ConstraintBackend:
   """The backend registered as `name`; ValueError listing the known names otherwise."""
-  try:
-    return _REGISTRY[name]
-  except KeyError:
+  entry = _REGISTRY.get(name) if isinstance(name, str) else None
+  if entry is None:
     raise ValueError(f"unknown constraint backend {name!r}; known backends: "
-                     f"{', '.join(names())}") from None
+                     f"{', '.join(names())} (or {AUTO!r})")
+  if isinstance(entry, str):
+    module, _, attr = entry.partition(":")
+    loaded = getattr(importlib.import_module(module), attr)
+    loaded = loaded() if isinstance(loaded, type) else loaded
+    if loaded.name != name:
+      raise ValueError(f"{entry} is named {loaded.name!r}, registered as {name!r}")
+    with _lock:
+      if _REGISTRY.get(name) == entry:
+        _REGISTRY[name] = loaded
+      entry = _REGISTRY[name]
+  return entry  # type: ignore[return-value]
 
 
 def names() -> tuple[str, ...]:
@@ -37,4 +78,63 @@ def names() -> tuple[str, ...]:
   return tuple(_REGISTRY)
 
 
-__all__ = ["ConstraintBackend", "ConstraintSession", "get", "names", "register"]
+def requested(constraint: Any, backend: str | None = None) -> str:
+  """The backend a compile call asks for: ``backend`` if given, else ``constraint.backend``.
+
+  Raises:
+    ValueError: not ``"auto"`` and not a registered name (the message lists them).
+  """
+  name = getattr(constraint, "backend", AUTO) if backend is None else backend
+  if name != AUTO:
+    get(name)
+  return name
+
+
+def route_key(name: str) -> tuple:
+  """What `resolve` depends on besides the constraint (exact-source cache aliases hold it)."""
+  if name != AUTO:
+    return (name,)
+  from infernix_jax.constrain.trie.dispatch import threshold
+
+  return (AUTO, threshold())
+
+
+def resolve(constraint: Any, backend: str | None = None) -> str:
+  """The name of the backend that compiles ``constraint``.
+
+  An explicit name (``backend``, else ``constraint.backend``) is taken as is. ``"auto"``:
+  a bare choice with at least ``trie.threshold()`` distinct values goes to the trie (its
+  compile and masks are faster there, docs/results/trie.md), everything else to xgrammar.
+
+  Raises:
+    ValueError: an unknown backend name (the message lists the registered ones).
+  """
+  name = requested(constraint, backend)
+  if name != AUTO:
+    return name
+  if _is_large_choice(constraint) and "trie" in _REGISTRY:
+    return "trie"
+  return "xgrammar"
+
+
+def _is_large_choice(constraint: Any) -> bool:
+  from infernix_jax.constrain.trie.dispatch import threshold
+
+  kind = getattr(constraint.kind, "value", constraint.kind)
+  source = constraint.source
+  if kind != "choice" or constraint.framing or not isinstance(source, (list, tuple)):
+    return False
+  if len(source) < threshold():
+    return False
+  try:
+    return len(set(source)) >= threshold()
+  except TypeError:  # unhashable entries: invalid, xgrammar's path reports it
+    return False
+
+
+__all__ = ["AUTO", "BuildResult", "ConstraintBackend", "ConstraintSession", "fill_rows", "get",
+           "names", "register", "requested", "resolve", "route_key"]
+
+register("infernix_jax.constrain.backends.xgrammar:XGrammarBackend", name="xgrammar")
+register("infernix_jax.constrain.backends.trie:TrieBackend", name="trie")
+register("infernix_jax.constrain.backends.llguidance:LLGuidanceBackend", name="llguidance")

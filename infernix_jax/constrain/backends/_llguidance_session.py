@@ -22,10 +22,6 @@ READY, DEAD_END, UNREACHABLE = mask_layout.READY, mask_layout.DEAD_END, mask_lay
 _LIMIT_MESSAGES = ("too many", "fuel", "limit", "too complex", "too large")
 
 
-def _bit(words: np.ndarray, token: int) -> bool:
-  return bool((int(words[token >> 5]) >> (token & 31)) & 1)
-
-
 class LLGuidanceSession:
   """One request's llguidance matcher with the transactions of DESIGN.md section 4.
 
@@ -185,7 +181,7 @@ class LLGuidanceSession:
         if i == k:
           break
         d = drafts[i]
-        if not (0 <= d < self._v and _bit(out[i], d)) or d in self._eos_ids:
+        if not (0 <= d < self._v and mask_layout.bit(out[i], d)) or d in self._eos_ids:
           break
         self._feed(d)
         fed += 1
@@ -303,7 +299,7 @@ class LLGuidanceSession:
         else:
           words = self._scratch
           self._fill(words)
-        if not _bit(words, t):
+        if not mask_layout.bit(words, t):
           break
       self._feed(t)
       fed += 1

@@ -11,9 +11,30 @@ these two protocols; it never asks which library sits behind them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from infernix_jax import mask_layout
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+  """What `ConstraintBackend.build` returns; the compile cache keeps it (immutable, shared).
+
+  Attributes:
+    grammar: the backend's compiled object, opaque to everyone but the backend (its sessions
+      are opened on it; `CompiledConstraint.grammar` hands it back).
+    nbytes: bytes it holds (charged to the cache's byte budget).
+    compiled_source: the exact text (or a description) handed to the matcher library.
+    dropped: ``(json_pointer, keyword)`` of each schema keyword dropped under ``lenient``.
+  """
+
+  grammar: Any
+  nbytes: int
+  compiled_source: str
+  dropped: tuple[tuple[str, str], ...] = ()
 
 
 @runtime_checkable
@@ -81,30 +102,62 @@ class ConstraintBackend(Protocol):
     """Raises `UnsupportedConstraintError` (naming this backend and the construct) when the
     backend cannot express `constraint`; cheap, no compile."""
 
-  def build(self, vocab: Any, constraint: Any) -> Any:
+  def build(self, vocab: Any, constraint: Any) -> BuildResult:
     """Validates and compiles `constraint` for `vocab` (uncached; the compiler caches).
 
+    Called after `check` passed. A choice constraint arrives with its canonical source (the
+    deduplicated literal set sorted by UTF-8 bytes), the cache identity.
+
     Returns:
-      An immutable compiled object with `nbytes` (int, charged to the cache budget),
-      `compiled_source` (str) and `dropped` (tuple of (json_pointer, keyword)) attributes.
+      A `BuildResult` (the compiled object + what the cache and the user read about it).
 
     Raises:
       ConstraintError: a subclass naming what and where.
     """
 
   def new_session(self, compiled: Any, prefix: bytes) -> ConstraintSession:
-    """A session on `compiled` positioned after the continuation `prefix` (PrefixError)."""
-
-  def fill_batch(self, sessions: Sequence[ConstraintSession], drafts: np.ndarray,
-                 n_drafts: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Lookahead of many of this backend's sessions in one call.
+    """A session on `compiled` positioned after the continuation `prefix` (PrefixError).
 
     Args:
-      sessions: R sessions opened by this backend.
-      drafts: i32[R, K]; n_drafts: i32[R] real extent per row (0..K).
-      out: C-contiguous int32 [R, K+1, W]; every position is written (zeros past the extent).
+      compiled: the `CompiledConstraint` (``compiled.grammar`` is this backend's
+        `BuildResult.grammar`; ``compiled.vocab`` the vocabulary); the session keeps it as
+        ``session.compiled``.
+      prefix: bytes already emitted of the output.
+    """
+
+  def fill_batch(self, sessions: Sequence[ConstraintSession | None], drafts: np.ndarray,
+                 n_drafts: np.ndarray, out: np.ndarray, *, threads: int = 0) -> np.ndarray:
+    """Lookahead of many of this backend's sessions in one call (`ic.fill_batch` groups rows).
+
+    Args:
+      sessions: B entries: a session opened by this backend, or None for a row this call
+        must leave untouched (unconstrained, or another backend's).
+      drafts: i32[B, K]; n_drafts: i32[B] real extent per row (0..K).
+      out: C-contiguous int32 [B, K+1, W]; every position of every session row is written
+        (zeros past the extent); None rows are not touched.
+      threads: host threads the call may use beyond the caller's (0 = the calling thread
+        only); a hint a backend may ignore.
 
     Returns:
-      int8 [R, K+1] states (UNREACHABLE past each row's extent), exactly what per-row
-      `lookahead` gives.
+      int8 [B, K+1] states of the session rows (UNREACHABLE past each row's extent), exactly
+      what per-row `lookahead` gives; None rows READY (ignored).
     """
+
+
+def fill_rows(sessions: Sequence[ConstraintSession | None], drafts: np.ndarray,
+              n_drafts: np.ndarray, out: np.ndarray) -> np.ndarray:
+  """`ConstraintBackend.fill_batch` by per-row `lookahead` (for backends with no batch path).
+
+  Same arguments and result as `ConstraintBackend.fill_batch`.
+  """
+  states = np.full(out.shape[:2], mask_layout.READY, np.int8)  # [B, P]
+  p = out.shape[1]
+  for b, s in enumerate(sessions):
+    if s is None:
+      continue
+    n = int(n_drafts[b])
+    states[b, :n + 1] = s.lookahead(drafts[b, :n], out[b, :n + 1])
+    if n + 1 < p:
+      states[b, n + 1:] = mask_layout.UNREACHABLE
+      out[b, n + 1:] = 0
+  return states

@@ -51,9 +51,10 @@ import numpy as np
 
 from infernix_jax import mask_layout
 from infernix_jax.constrain import errors
+from infernix_jax.constrain.backends.base import BuildResult
 from infernix_jax.constrain.backends import _llguidance_json as _lj
 from infernix_jax.constrain.backends._llguidance_gbnf import gbnf_to_lark as _gbnf_to_lark
-from infernix_jax.constrain.backends._llguidance_session import LLGuidanceSession, _bit
+from infernix_jax.constrain.backends._llguidance_session import LLGuidanceSession
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import CONTROL, EOS, ORDINARY, Vocabulary
 
@@ -296,11 +297,11 @@ class LLGuidanceBackend:
       raise errors.UnsupportedConstraintError(NAME, f"constraint kind {constraint.kind!r}") \
           from None
 
-  def build(self, vocab: Vocabulary, constraint: OutputConstraint) -> CompiledLLGuidance:
+  def build(self, vocab: Vocabulary, constraint: OutputConstraint) -> BuildResult:
     """Validates and compiles ``constraint`` for ``vocab`` (uncached).
 
     Returns:
-      A `CompiledLLGuidance` (``nbytes``, ``compiled_source``, ``dropped``).
+      A `BuildResult` whose grammar is a `CompiledLLGuidance`.
 
     Raises:
       ConstraintError: invalid input (GrammarSyntaxError, SchemaError, RegexError,
@@ -331,7 +332,8 @@ class LLGuidanceBackend:
       raise cls("no output satisfies this constraint with this vocabulary (the first position "
                 "has no legal token)", "" if cls is errors.SchemaError else None)
     nbytes = len(grammar.encode("utf-8")) + COMPILED_OVERHEAD_BYTES
-    return CompiledLLGuidance(vocab, constraint, grammar, dropped, nbytes, template, index)
+    compiled = CompiledLLGuidance(vocab, constraint, grammar, dropped, nbytes, template, index)
+    return BuildResult(grammar=compiled, nbytes=nbytes, compiled_source=grammar, dropped=dropped)
 
   @staticmethod
   def _error(error_cls: type, msg: str, doc: Any) -> errors.ConstraintError:
@@ -344,21 +346,25 @@ class LLGuidanceBackend:
       return errors.UnsupportedConstraintError(NAME, "this GBNF grammar", _lj.first_line(msg))
     return error_cls(f"llguidance cannot compile it: {_lj.first_line(msg)}")
 
-  def new_session(self, compiled: CompiledLLGuidance, prefix: bytes = b"") -> "LLGuidanceSession":
-    """A session on ``compiled`` positioned after the continuation ``prefix`` (PrefixError)."""
+  def new_session(self, compiled: Any, prefix: bytes = b"") -> "LLGuidanceSession":
+    """A session on ``compiled`` (a `CompiledConstraint` of this backend, or its
+    `CompiledLLGuidance`) positioned after the continuation ``prefix`` (PrefixError)."""
+    if not isinstance(compiled, CompiledLLGuidance):
+      compiled = compiled.grammar
     return LLGuidanceSession(compiled, prefix)
 
-  def fill_batch(self, sessions: Sequence["LLGuidanceSession"], drafts: np.ndarray,
-                 n_drafts: np.ndarray, out: np.ndarray) -> np.ndarray:
+  def fill_batch(self, sessions: Sequence["LLGuidanceSession | None"], drafts: np.ndarray,
+                 n_drafts: np.ndarray, out: np.ndarray, *, threads: int = 0) -> np.ndarray:
     """Lookahead of many sessions in one llguidance executor call (its thread pool).
 
     Args:
-      sessions: R sessions opened by this backend.
-      drafts: i32[R, K]; n_drafts: i32[R] real extent per row (0..K).
-      out: C-contiguous int32 [R, K+1, W]; every position is written.
+      sessions: B entries, this backend's sessions or None (rows left untouched).
+      drafts: i32[B, K]; n_drafts: i32[B] real extent per row (0..K).
+      out: C-contiguous int32 [B, K+1, W]; every position of a session row is written.
+      threads: unused (the executor's own pool serves every call).
 
     Returns:
-      int8 [R, K+1] states, exactly what per-row `lookahead` gives.
+      int8 [B, K+1] states of the session rows, exactly what per-row `lookahead` gives.
     """
     r = len(sessions)
     drafts = np.asarray(drafts)
@@ -369,9 +375,11 @@ class LLGuidanceBackend:
       raise ValueError("out must be a C-contiguous writable int32 array")
     p = out.shape[1]
     states = np.full((r, p), UNREACHABLE, np.int8)
-    out.fill(0)
     jobs, rows = [], []
     for b, s in enumerate(sessions):
+      if s is None:
+        continue
+      out[b] = 0
       if not isinstance(s, LLGuidanceSession):
         raise TypeError(f"row {b}: not an llguidance session ({type(s).__name__})")
       if s._pending is not None:
@@ -426,7 +434,7 @@ def _states_from_masks(masks: np.ndarray, chain: list, v: int, eos_ids: frozense
       masks[i + 1:] = 0
       break
     d = chain[i]
-    if not (0 <= d < v and _bit(masks[i], d)) or d in eos_ids:
+    if not (0 <= d < v and mask_layout.bit(masks[i], d)) or d in eos_ids:
       masks[i + 1:] = 0
       break
   return states

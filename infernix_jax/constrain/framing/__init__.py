@@ -16,8 +16,7 @@ from infernix_jax.constrain.framing.decoder import (ContentDelta, DecodedOutput,
 from infernix_jax.constrain.framing.grammar import ContentGrammar, FramedGrammar, build_grammar
 from infernix_jax.constrain.framing.prepare import PreparedOutput, prepare_output
 from infernix_jax.constrain.framing.request import decode_output, prepare_for_request
-from infernix_jax.constrain.framing.session import (CompiledFraming, FramedSession,
-                                                    FramingCompiler, NameCompanion)
+from infernix_jax.constrain.framing.session import CompiledFraming, FramedSession, NameCompanion
 from infernix_jax.constrain.framing.thinking import (FORCED_CLOSE, THINK_SEPARATOR, OutputPhase,
                                                      QwenFraming, phase_of_prompt)
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
@@ -27,7 +26,7 @@ from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, To
 __all__ = [
     "ChatTemplate", "CompiledFraming", "ContentDelta", "ContentGrammar", "DecodeError",
     "DecodedOutput", "Encoding", "FORCED_CLOSE", "FramedGrammar", "FramedSession",
-    "FramingCompiler", "NameCompanion", "OutputDecoder", "OutputPhase", "ParamContract",
+    "NameCompanion", "OutputDecoder", "OutputPhase", "ParamContract",
     "PreparedOutput", "QwenFraming", "ReasoningDelta", "THINK_SEPARATOR", "ToolCall",
     "ToolCallDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "ToolContract",
     "ToolDefinition", "ToolMode", "ToolPolicy", "build_grammar", "parse_tools",

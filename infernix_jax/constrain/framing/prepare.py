@@ -7,7 +7,7 @@ from typing import Sequence
 
 from infernix_jax.constrain.framing.decoder import OutputDecoder
 from infernix_jax.constrain.framing.grammar import ContentGrammar, FramedGrammar, build_grammar
-from infernix_jax.constrain.framing.session import CompiledFraming, FramedSession, FramingCompiler
+from infernix_jax.constrain.framing.session import CompiledFraming, FramedSession
 from infernix_jax.constrain.framing.thinking import OutputPhase, QwenFraming
 from infernix_jax.constrain.framing.tools import ToolChoice, ToolDefinition
 
@@ -41,7 +41,7 @@ class PreparedOutput:
 
 def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition] = (),
                    choice: ToolChoice | None = None, content=None,
-                   compiler: FramingCompiler | None = None) -> PreparedOutput:
+                   compiler=None) -> PreparedOutput:
   """Validates and compiles a request's output language (raises ConstraintError first).
 
   Args:
@@ -50,8 +50,11 @@ def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition]
     tools: declared tools.
     choice: call policy (default auto, Basic).
     content: an optional `OutputConstraint` for the content.
-    compiler: a `FramingCompiler` to share its cache (one per vocabulary).
+    compiler: the `ConstraintCompiler` whose cache the framed grammar compiles through
+      (default: the vocabulary's shared one, `ConstraintCompiler.for_vocab`).
   """
+  from infernix_jax.constrain.compiler import ConstraintCompiler
+  from infernix_jax.constrain.framing._compile import compile_framed
   from infernix_jax.constrain.framing._convert import content_ebnf
 
   framing = vocab.lazy("framing.QwenFraming", lambda: QwenFraming.from_vocab(vocab))
@@ -60,5 +63,5 @@ def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition]
     ebnf, is_json = content_ebnf(content)
     cg = ContentGrammar(ebnf, is_json)
   fg = build_grammar(framing, phase, tools=tools, choice=choice, content=cg)
-  compiler = compiler or vocab.lazy("framing.FramingCompiler", lambda: FramingCompiler(vocab))
-  return PreparedOutput(fg, compiler.compile(fg), vocab)
+  compiler = ConstraintCompiler.for_vocab(vocab) if compiler is None else compiler
+  return PreparedOutput(fg, compile_framed(compiler, fg), vocab)

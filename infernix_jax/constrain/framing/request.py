@@ -19,8 +19,8 @@ def _framing(vocab) -> QwenFraming | None:
 
 
 def prepare_for_request(vocab, prompt_ids: Sequence[int], *, tools: Any = None,
-                        tool_choice: Any = None, constraint: Any = None
-                        ) -> PreparedOutput | None:
+                        tool_choice: Any = None, constraint: Any = None,
+                        compiler: Any = None) -> PreparedOutput | None:
   """The framed output of a request, or None when the plain content path applies.
 
   Framing applies when tools are declared, or when a content constraint meets a prompt that
@@ -32,6 +32,8 @@ def prepare_for_request(vocab, prompt_ids: Sequence[int], *, tools: Any = None,
     tools: ToolDefinitions, OpenAI-style definitions (list or JSON text), or None.
     tool_choice: a ToolChoice, "auto" / "none" / "required" / NAME, or None (auto).
     constraint: the content OutputConstraint or None.
+    compiler: the engine's `ConstraintCompiler` (its cache holds the framed grammar);
+      default: the vocabulary's shared one.
 
   Raises:
     ConstraintError: invalid tools, choice or combination (nothing is queued).
@@ -50,7 +52,8 @@ def prepare_for_request(vocab, prompt_ids: Sequence[int], *, tools: Any = None,
     defs = (tuple(tools) if all(isinstance(t, ToolDefinition) for t in tools)
             else parse_tools(tools)) if not isinstance(tools, (str, bytes)) else parse_tools(tools)
   choice = tool_choice if isinstance(tool_choice, ToolChoice) else ToolChoice.parse(tool_choice)
-  return prepare_output(vocab, phase, tools=defs, choice=choice, content=constraint)
+  return prepare_output(vocab, phase, tools=defs, choice=choice, content=constraint,
+                        compiler=compiler)
 
 
 def decode_output(prepared: PreparedOutput, token_ids: Sequence[int], *,

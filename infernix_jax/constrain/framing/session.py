@@ -13,17 +13,15 @@ commit / discard transactions and mask contract) around a framed grammar, and ad
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import re
-import threading
-import time
+from typing import Any
 
 import numpy as np
 
 from infernix_jax import mask_layout
 from infernix_jax.constrain import _utf8
-from infernix_jax.constrain.framing import _args, _compile
+from infernix_jax.constrain.framing import _args
 from infernix_jax.constrain.framing.decoder import DecodedOutput, OutputDecoder
 from infernix_jax.constrain.framing.grammar import FramedGrammar
 from infernix_jax.constrain.framing.thinking import OutputPhase
@@ -33,54 +31,34 @@ _PARAM_DELIM = (_args.VALUE_DELIMITER + "\n").encode()  # ends one parameter
 _NAME = re.compile(rb"<parameter=([^<>\n]*)>")
 
 
-class _Entry:
-  """What `OutputSession` reads from a compiled constraint (``_entry.grammar``)."""
-
-  def __init__(self, grammar):
-    self.grammar = grammar
-
-
 @dataclasses.dataclass(frozen=True)
 class CompiledFraming:
-  """A compiled framed grammar (shared, immutable) plus this compile call's cache status."""
+  """A compiled framed grammar plus the facts its sessions decode with.
+
+  Attributes:
+    framed: the language and decoding facts.
+    grammar: the `CompiledConstraint` of the whole-output grammar (xgrammar backend, shared
+      through the `ConstraintCompiler` cache).
+  """
   framed: FramedGrammar
-  vocab: object
-  _entry: _Entry
-  cache_status: str
-  compile_seconds: float
+  grammar: Any
+
+  @property
+  def vocab(self):
+    return self.grammar.vocab
+
+  @property
+  def cache_status(self) -> str:
+    """``hit`` / ``built`` / ``waited`` of the compile call that returned it."""
+    return self.grammar.cache_status
+
+  @property
+  def compile_seconds(self) -> float:
+    return self.grammar.compile_seconds
 
   def new_session(self) -> "FramedSession":
     """A new session (its own matcher, decoder and companion)."""
     return FramedSession(self)
-
-
-class FramingCompiler:
-  """Compiles framed grammars for one vocabulary, keeping the last ``max_entries`` (LRU)."""
-
-  def __init__(self, vocab, max_entries: int = 64):
-    self.vocab = vocab
-    self.max_entries = max_entries
-    self._lock = threading.Lock()
-    self._cache: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
-
-  def compile(self, framed: FramedGrammar) -> CompiledFraming | None:
-    """The compiled grammar of ``framed`` (None when it constrains nothing)."""
-    if framed.ebnf is None:
-      return None
-    t0 = time.perf_counter()
-    with self._lock:
-      entry = self._cache.get(framed.key)
-      if entry is not None:
-        self._cache.move_to_end(framed.key)
-    status = "hit"
-    if entry is None:
-      entry = _Entry(_compile.compile_framed(self.vocab, framed.ebnf))
-      status = "built"
-      with self._lock:
-        self._cache[framed.key] = entry
-        while len(self._cache) > self.max_entries:
-          self._cache.popitem(last=False)
-    return CompiledFraming(framed, self.vocab, entry, status, time.perf_counter() - t0)
 
 
 class NameCompanion:
@@ -164,6 +142,10 @@ class FramedSession:
   `fill_batch` use it unchanged; decoded output is read from `result()` / `events`.
   """
 
+  # Framed grammars compile with the xgrammar backend, whose fill_batch runs each row's own
+  # lookahead: framed rows are filled there, companion included.
+  backend = "xgrammar"
+
   def __init__(self, compiled: CompiledFraming):
     fg = compiled.framed
     self.compiled = compiled
@@ -173,7 +155,7 @@ class FramedSession:
     # Reasoning is matched token by token (not required to be UTF-8): the strict UTF-8 filter
     # is off from <think> to </think>, and on for everything from the separator on.
     self._inner = OutputSession(
-        compiled, utf8_switch={f.think_open: _utf8.FREE, f.think_close: _utf8.CLEAN},
+        compiled.grammar, utf8_switch={f.think_open: _utf8.FREE, f.think_close: _utf8.CLEAN},
         utf8_start=_utf8.FREE if fg.phase is OutputPhase.THINKING else _utf8.CLEAN)
     self.decoder = OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
                                  tools_active=fg.tools_active, constrained=True)

@@ -1,9 +1,9 @@
 """Vectorized lookahead for a batch of trie sessions: one pass per draft position, one mask fill.
 
-``ic.fill_batch`` calls each session's ``lookahead`` in a Python loop; for trie rows this module
-computes the same result for all rows of an automaton at once (B x K vectorized steps, then one
-``fill_many`` over the B x (K+1) states), which is what keeps a 128-row batch under a
-millisecond of host time.
+``ic.fill_batch`` hands the trie rows of a batch to the trie backend, which calls this module:
+the result of per-row ``lookahead`` for all rows of an automaton at once (B x K vectorized
+steps, then one ``fill_many`` over the B x (K+1) states), which is what keeps a 128-row batch
+under a millisecond of host time.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from infernix_jax.constrain.trie.session import TrieSession
 class CompiledTrie:
   """A choice constraint compiled by the trie backend (immutable; sessions share it).
 
-  Mirrors the attributes of ``compiler.CompiledConstraint`` so callers need not care which
-  backend compiled a constraint.
+  What the trie backend builds (``CompiledConstraint.grammar`` of a trie-compiled constraint);
+  `compile_choice` returns it uncached, with the attributes of a ``CompiledConstraint``.
 
   Attributes:
     vocab: the Vocabulary it was compiled against.
@@ -23,7 +23,8 @@ class CompiledTrie:
     automaton: the TrieAutomaton tables.
     index_seconds: time spent building the vocabulary index in this compile (0 when cached).
     build_seconds: wall time of the build (index included).
-    constraint: the OutputConstraint, when compiled through ``ConstraintCompiler``.
+    constraint: the OutputConstraint, when the caller gave one (None from the compile cache,
+      which keeps it on the ``CompiledConstraint``).
     cache_status: ``"built"`` or ``"hit"`` (the call that returned this object).
     compile_seconds: wall seconds the call spent (lookup or build).
   """
@@ -42,11 +43,6 @@ class CompiledTrie:
     self.constraint = constraint
     self.cache_status = cache_status
     self.compile_seconds = build_seconds if compile_seconds is None else compile_seconds
-
-  def with_status(self, status: str, seconds: float, constraint=None) -> "CompiledTrie":
-    """The same shared tables, reported as another call's cache status and seconds."""
-    return CompiledTrie(self.vocab, self.raw_values, self.automaton, self.index_seconds,
-                        self.build_seconds, constraint or self.constraint, status, seconds)
 
   @property
   def values(self) -> tuple[str, ...]:
@@ -82,7 +78,7 @@ class CompiledTrie:
 
 
 def compile_choice(vocab, values, *, dense_fraction: float = 1 / 16) -> CompiledTrie:
-  """Compiles a choice list with the trie backend (no cache; see ``dispatch`` for one).
+  """Compiles a choice list to a trie (no cache: ``ConstraintCompiler`` caches it).
 
   Semantics equal the XGrammar-backed choice: EOS is legal exactly where a value ends (also
   where it prefixes another value), tokens that overshoot a value are illegal, every

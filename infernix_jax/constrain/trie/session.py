@@ -23,13 +23,16 @@ class TrieSession:
     automaton: the immutable tables shared by every session of the constraint.
   """
 
+  backend = "trie"  # the registry name of the backend that opens it
+
   def __init__(self, automaton: TrieAutomaton, prefix: bytes | str = b"", compiled=None):
     """Starts at the root, then follows the continuation ``prefix`` byte by byte.
 
     Args:
       automaton: the compiled tables.
       prefix: bytes (or str, UTF-8 encoded) already emitted of the value.
-      compiled: the CompiledTrie this session belongs to (kept for reference).
+      compiled: the compiled constraint this session belongs to (a CompiledConstraint, or
+        the CompiledTrie of `compile_choice`; kept for reference, its ``vocab`` read).
 
     Raises:
       PrefixError: ``prefix`` is not a prefix of any value (location: the first bad byte).
