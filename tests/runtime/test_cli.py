@@ -25,7 +25,9 @@ def run_cli(args):
     (["generate", "--thinking-budget=-2"], "--thinking-budget=-2 must be >= 0"),
     (["generate", "--max-tokens=0"], "--max-tokens"),
     (["generate", "--bridge=fast"], "--bridge"),
-    (["generate", "--drafter=magic"], "--drafter='magic'"),
+    (["generate", "--drafter=magic"], "--drafter='magic' must be one of none, ngram, jump"),
+    (["generate", "--backend=magic"], "--backend='magic' must be auto or one of xgrammar, trie, "
+                                      "llguidance"),
     (["generate", "--drafter=draft"], "--draft-model"),
     (["generate", "--choice=a", "--stop=b"], "--stop cannot be combined"),
     (["generate", "--unconstrained", "--json-object"], "--unconstrained conflicts"),
