@@ -14,6 +14,7 @@ from infernix_jax import constrain as ic
 from infernix_jax.runtime import _round, drafters
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.types import FinishReason, GenerationRequest, SamplingOptions
+from tests.constrain.conftest import qwen3_vocab  # noqa: F401  (fixture)
 from tests.runtime import helpers as h
 
 K, LANES = 3, 4
@@ -166,3 +167,26 @@ def test_only_drafts_cross_to_the_host(bridge, monkeypatch):
   assert eng.host.stats["mask_bytes_uploaded"] == len(seen) * eng.host.mask_buf.nbytes
   per_request = sum(r.constraint.mask_bytes_uploaded for r in results)
   assert per_request <= eng.host.stats["mask_bytes_uploaded"]
+
+
+def test_required_tool_calls_at_t1_never_escape(qwen3_vocab):  # noqa: F811
+  """Tool calls under tool_choice=required on a random-weight Qwen3 at T = 1 (where a random
+  walk once crashed the CLI from the framing decoder): every request ends with a result, the
+  completed ones parse, and no exception leaves the engine."""
+  from infernix_jax.constrain import framing as fr
+  from tests.runtime.test_thinking_budget import CONTENT, tiny_qwen3
+  cfg, model = tiny_qwen3()
+  tools = fr.parse_tools([{"type": "function", "function": {
+      "name": "note", "parameters": {"type": "object", "required": ["text"],
+                                     "properties": {"text": {"type": "string"}}}}}])
+  eng = Engine(model, qwen3_vocab, drafters.create("ngram", k=K, jump_forward=True), lanes=4,
+               capacity=96, cfg=cfg)
+  results = eng.generate([GenerationRequest(CONTENT, max_tokens=48, tools=tools,
+                                            tool_choice="required",
+                                            sampling=SamplingOptions(temperature=1.0, seed=s))
+                          for s in range(8)])
+  assert len(results) == 8
+  for r in results:
+    assert r.error is None or r.error_kind in ("session", "dead_end"), r.error
+    if r.finish_reason == FinishReason.STOP:
+      r.text.encode("utf-8")  # strict text (no lone surrogates)
