@@ -26,6 +26,7 @@ from infernix_jax.constrain.backends.llguidance import LLGuidanceBackend
 from infernix_jax.testing.random_walk import random_walk
 from infernix_jax.mask_layout import DEAD_END, READY, UNREACHABLE
 from tests.constrain.conftest import SHARED_DATA, TOY_CONTROL, TOY_EOS, toy_vocab
+from tests.constrain.conftest import smollm2_vocab  # noqa: F401  (fixture)
 
 SUITE = SHARED_DATA / "json-schema-test-suite"
 EOS = 256
@@ -354,12 +355,10 @@ QWEN3_PARITY = [PARITY[0], PARITY[2], PARITY[4]]
 
 @pytest.mark.parametrize("schema,text", QWEN3_PARITY, ids=range(len(QWEN3_PARITY)))
 def test_masks_equal_xgrammar_qwen3(schema, text, qwen3_vocab, tok):
-  """On a real BPE vocabulary the same differences appear as whole tokens, plus two more:
-
-  * a token holding a ``\\u`` or ``\\/`` escape: xgrammar only (disabled for llguidance);
-  * a token that is a strict prefix of the bytes the grammar forces next: xgrammar only
-    (llguidance's mask keeps the longer token there; its byte-level check would accept both).
-  """
+  """On a real BPE vocabulary the same differences appear as whole tokens, plus one more: a
+  token holding a ``\\u`` or ``\\/`` escape is xgrammar only (disabled for llguidance).
+  Tokens spelling a strict prefix of forced bytes are legal in both (the session widens
+  llguidance's canonical mask there)."""
   v = qwen3_vocab
   constraint = ic.OutputConstraint.json_schema(schema)
   a = session(v, constraint)
@@ -371,8 +370,7 @@ def test_masks_equal_xgrammar_qwen3(schema, text, qwen3_vocab, tok):
     done = v.decode(ids[:i])
     for x in np.flatnonzero(lb & ~la):
       tb = v.token_bytes[x]
-      assert (b"\x7f" in tb or b"\\u" in tb or b"\\/" in tb
-              or (forced.startswith(tb) and len(tb) < len(forced))), (done, tb, forced)
+      assert b"\x7f" in tb or b"\\u" in tb or b"\\/" in tb, (done, tb, forced)
     for x in np.flatnonzero(la & ~lb):
       tb = v.token_bytes[x]
       assert b"\\" in tb or (done.endswith(b"-") and tb.startswith(b"0")), (done, tb)
@@ -645,3 +643,31 @@ def test_regex_keeps_ecmascript_semantics(byte_vocab):
   for text, ok in [('"a"', True), ('"\ufeff"', False), ('"\u00a0"', False)]:
     r = BACKEND.new_session(c, b"").preview(list(text.encode()) + [EOS])
     assert r.terminated == ok, text
+
+
+def test_tokens_spelling_a_prefix_of_forced_bytes_are_legal(smollm2_vocab):  # noqa: F811
+  """Where a key's bytes are forced, every token spelling a strict prefix of them is legal (as
+  in xgrammar), not only llguidance's canonical cover: the same greedy tokens follow."""
+  v = smollm2_vocab
+  spec = ic.OutputConstraint.json_schema(json.dumps({
+      "type": "object", "properties": {"population_millions": {"type": "number"}},
+      "required": ["population_millions"], "additionalProperties": False}))
+  forced = b'population_millions"'
+  want = {i for i, b in enumerate(v.token_bytes)
+          if b and forced.startswith(b) and b != forced and v.token_class[i] == 0}
+  assert len(want) > 3
+  ll = BACKEND.new_session(build(v, spec), b'{"')
+  xg = ic.ConstraintCompiler(v).compile(spec.with_backend("xgrammar")).new_session(b'{"')
+  for s in (ll, xg):
+    words = np.zeros(v.mask_words, np.int32)
+    s.fill_mask(words)
+    assert want <= set(np.flatnonzero(mask_layout.unpack(words, v.size)).tolist())
+  t = min(want, key=lambda i: len(v.token_bytes[i]))
+  assert ll.preview([t]).accepted == 1
+  ll.discard()
+  batch = np.zeros((1, 2, v.mask_words), np.int32)
+  states = BACKEND.fill_batch([ll], np.array([[t]], np.int32), np.array([1]), batch)
+  assert states[0].tolist() == [READY, READY]
+  ref = np.zeros((2, v.mask_words), np.int32)
+  assert ll.lookahead([t], ref).tolist() == [READY, READY]
+  np.testing.assert_array_equal(batch[0], ref)

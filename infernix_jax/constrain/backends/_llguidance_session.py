@@ -100,6 +100,70 @@ class LLGuidanceSession:
         raise RuntimeError(f"llguidance matcher error: {_lj.first_line(msg)}")
       row.fill(0)
       self._rebuild()
+      return
+    self._widen(row)
+
+  def _widen(self, row: np.ndarray) -> bool:
+    """Adds the tokens that spell a strict prefix of the forced bytes (work-around).
+
+    Where the grammar forces bytes, llguidance's mask keeps only tokens that cover them
+    canonically and leaves out shorter tokens that spell a strict prefix of them (e.g. "mill"
+    when "millions" is forced), although its byte-level check accepts those. The legal set is
+    every token whose bytes can continue the output (as xgrammar and the trie compute it), so
+    they are added back, each confirmed by the matcher's own byte-level validation.
+
+    Returns:
+      Whether any bit was added.
+    """
+    ff = self._m.compute_ff_bytes()
+    if len(ff) < 2:
+      return False
+    table = self._ordinary_by_bytes()
+    added = False
+    for n in range(1, len(ff)):
+      for t in table.get(ff[:n], ()):
+        if not mask_layout.bit(row, t) and self._m.validate_tokens([t]) == 1:
+          row[t >> 5] |= np.int32(np.uint32(1 << (t & 31)).view(np.int32))
+          added = True
+    return added
+
+  def _ordinary_by_bytes(self) -> dict:
+    """bytes -> ids of the ordinary tokens that spell them (per vocabulary, built once)."""
+    def build():
+      from infernix_jax.constrain.vocab import ORDINARY
+      table: dict[bytes, tuple[int, ...]] = {}
+      cls = self.vocab.token_class
+      for i, b in enumerate(self.vocab.token_bytes):
+        if cls[i] == ORDINARY and b:
+          table[b] = table.get(b, ()) + (i,)
+      return table
+
+    return self.vocab.lazy("llguidance.ordinary_by_bytes", build)
+
+  def widen_chain(self, masks: np.ndarray, chain: Sequence[int]) -> bool:
+    """Applies `_widen` to masks [K+1, W] a batch fill computed for ``chain`` (committed
+    state, no preview); True when that changed whether a draft is legal (the row must then
+    be recomputed by `lookahead`)."""
+    fed = 0
+    try:
+      for i in range(len(chain) + 1):
+        if not masks[i].any():
+          return False
+        d = chain[i] if i < len(chain) else None
+        before = d is not None and 0 <= d < self._v and mask_layout.bit(masks[i], d)
+        self._widen(masks[i])
+        if d is None:
+          return False
+        now = 0 <= d < self._v and mask_layout.bit(masks[i], d)
+        if now != before:
+          return True
+        if not now or d in self._eos_ids:
+          return False
+        self._feed(d)
+        fed += 1
+      return False
+    finally:
+      self._unfeed(fed)
 
   def _rebuild(self) -> None:
     """A fresh matcher fed with the same tokens (recovery from llguidance's error state)."""
@@ -280,10 +344,8 @@ class LLGuidanceSession:
     """Feeds the longest prefix of ``tokens`` whose every token is in the mask of the state
     before it (EOS and ids >= V stop it); returns how many were fed.
 
-    The mask, not llguidance's byte-level ``validate_tokens``, is the legal set: when the
-    grammar forces bytes, llguidance's mask leaves out tokens that are strict prefixes of the
-    forced bytes (their bytes are valid, but the mask prefers the longer token), and a
-    session must accept exactly what its masks allow. ``known``: tokens already checked
+    The mask (llguidance's, widened by `_widen`), not the byte-level ``validate_tokens``, is
+    the legal set: a session accepts exactly what its masks allow. ``known``: tokens already checked
     against the masks of these states (the last lookahead's legal chain), so their masks are
     not computed again. Starts from the committed state (no preview pending).
     """

@@ -27,10 +27,12 @@ their exact bytes; EOS and control tokens are spelled ``0xFF`` + their spelling,
 llguidance's special-token marker (0xFF never occurs in UTF-8, so no text rule matches them;
 EOS is legal exactly when the grammar may end); unused ids are empty and never legal.
 
-The legal set is llguidance's mask. Where the grammar forces bytes, that mask leaves out
-tokens that are strict prefixes of the forced bytes (the longer token is kept), although its
-byte-level check would accept them; sessions therefore check tokens against masks (preview,
-jump-forward), so lookahead, preview and fill_batch agree.
+The legal set is llguidance's mask, widened where the grammar forces bytes: there the
+library keeps only the canonical cover and leaves out tokens that spell a strict prefix of
+the forced bytes, although its byte-level check accepts them; the session adds them back
+(`LLGuidanceSession._widen`), so the legal set equals xgrammar's and greedy decoding commits
+the same tokens. Sessions check tokens against these masks (preview, jump-forward), so
+lookahead, preview and fill_batch agree.
 
 Sessions (`_llguidance_session.LLGuidanceSession`, re-exported here) follow `OutputSession`.
 EOS is never fed to the llguidance matcher: a session records "EOS accepted" itself. (When
@@ -413,6 +415,9 @@ class LLGuidanceBackend:
         # A dead end inside the chain left the library's matcher in its error state:
         # rebuild it and redo this row on its own (lookahead handles dead ends).
         s._rebuild()
+        states[b, :len(chain) + 1] = s.lookahead(chain, out[b])
+        continue
+      if s.widen_chain(out[b], chain):  # a prefix-of-forced-bytes draft: redo the row
         states[b, :len(chain) + 1] = s.lookahead(chain, out[b])
         continue
       states[b] = _states_from_masks(out[b], chain, s._v, s._eos_ids)
