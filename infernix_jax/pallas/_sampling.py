@@ -48,15 +48,15 @@ def penalty_entries(ids, counts, presence, frequency):
   """Sparse logit deltas from a history with possible duplicate ids.
 
   Args:
-    ids: i32[N, H] history ids (-1 padding); counts: i32[N, H]; presence, frequency: f32[N].
+    ids: i32[N, M] history ids (-1 padding); counts: i32[N, M]; presence, frequency: f32[N].
 
   Returns:
-    (ids i32[N, H], delta f32[N, H]): delta is nonzero only at the first occurrence of an id
+    (ids i32[N, M], delta f32[N, M]): delta is nonzero only at the first occurrence of an id
     and equals presence * [total > 0] + frequency * total for that id's total count.
   """
   valid = ids >= 0
   same = (ids[:, :, None] == ids[:, None, :]) & valid[:, :, None] & valid[:, None, :]
-  total = jnp.sum(jnp.where(same, counts[:, None, :], 0), axis=-1)             # [N, H]
+  total = jnp.sum(jnp.where(same, counts[:, None, :], 0), axis=-1)             # [N, M]
   h = ids.shape[1]
   earlier = jnp.tril(jnp.ones((h, h), bool), k=-1)                             # j < i
   first = ~jnp.any(same & earlier[None], axis=-1)
@@ -65,7 +65,7 @@ def penalty_entries(ids, counts, presence, frequency):
 
 
 def apply_penalties(z, ids, delta):
-  """z f32[N, Vm] minus the sparse deltas (ids i32[N, H], delta f32[N, H])."""
+  """z f32[N, Vm] minus the sparse deltas (ids i32[N, M], delta f32[N, M])."""
   n, vm = z.shape
   if ids.shape[1] == 0:
     return z

@@ -2,7 +2,7 @@
 
 Axis letters (docs/CONTRACTS.md): R rows of a kernel call, B lanes, K drafts, P = K + 1
 positions, V tokenizer vocabulary, Vm logits width (>= V), W = ceil(V / 32) mask words,
-H history entries per row, J = 16 sparse proposal candidates.
+M history entries per row, J = 16 sparse proposal candidates.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class SamplingParams:
     min_p: f32[R]; 0 means off (relative to the most probable legal token).
     presence_penalty: f32[R]; subtracted once from every token in the history.
     frequency_penalty: f32[R]; subtracted ``count`` times.
-    history_ids: i32[R, H] token ids of the output so far, -1 padding.
-    history_counts: i32[R, H] occurrences of each history id.
+    history_ids: i32[R, M] token ids of the output so far, -1 padding.
+    history_counts: i32[R, M] occurrences of each history id.
   """
   temperature: jax.Array
   top_k: jax.Array
@@ -56,11 +56,11 @@ class SamplingParams:
     Args:
       rows: R.
       temperature, top_k, top_p, min_p, presence_penalty, frequency_penalty: scalars or [R].
-      history_ids: i32[R, H] (-1 padding) or None for no history.
-      history_counts: i32[R, H]; defaults to 1 for every valid history id.
+      history_ids: i32[R, M] (-1 padding) or None for no history.
+      history_counts: i32[R, M]; defaults to 1 for every valid history id.
 
     Returns:
-      A SamplingParams with every field shaped [R] (history [R, H]).
+      A SamplingParams with every field shaped [R] (history [R, M]).
     """
     f32 = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), (rows,))
     i32 = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.int32), (rows,))
@@ -72,7 +72,7 @@ class SamplingParams:
     history_counts = jnp.asarray(history_counts, jnp.int32)
     if history_ids.shape != history_counts.shape or history_ids.shape[0] != rows:
       raise ValueError(f"{history_ids.shape=} and {history_counts.shape=} must both be "
-                       f"[{rows}, H]")
+                       f"[{rows}, M]")
     return cls(f32(temperature), i32(top_k), f32(top_p), f32(min_p), f32(presence_penalty),
                f32(frequency_penalty), history_ids, history_counts)
 

@@ -1,7 +1,7 @@
 """Fused masked candidate selection: packed grammar mask + sampling transforms + draw, per row.
 
 Axis letters: R rows, Vm logits width (32 * Wm after padding), V tokenizer vocabulary,
-W = ceil(V / 32) mask words, H history entries. See ``_sampling`` for the math and ``_rng``
+W = ceil(V / 32) mask words, M history entries. See ``_sampling`` for the math and ``_rng``
 for the counter-based randomness.
 """
 

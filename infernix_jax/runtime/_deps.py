@@ -33,7 +33,7 @@ def spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
 
 def sampling_params(temperature, top_k, top_p, min_p, presence, frequency, history_ids,
                     history_counts):
-  """Per-row pallas SamplingParams from host arrays ([B] each; history [B, H])."""
+  """Per-row pallas SamplingParams from host arrays ([B] each; history [B, M])."""
   import jax.numpy as jnp
   from infernix_jax.pallas import SamplingParams
   return SamplingParams(

@@ -235,8 +235,8 @@ class Engine:
     """Target params, drafter params, per-lane SamplingParams and seeds for the next round.
 
     Sampling params are cached until lanes change. With presence/frequency penalties active,
-    the per-lane history (the committed output) is rebuilt every round: H is a power-of-two
-    bucket, -1 padded; the kernels add the round's hypothetical draft prefix to it.
+    the per-lane history (the committed output) is rebuilt every round: M is a power-of-two
+    bucket (M), -1 padded; the kernels add the round's hypothetical draft prefix to it.
     """
     penalties = self._penalties_active()
     if self._params is None or penalties or self._params[0] != self.host.generation:
