@@ -108,7 +108,7 @@ def check_gbnf(text: str) -> str:
   from . import _xgr  # deferred: the checker's pure-Python part needs no xgrammar
 
   try:
-    _xgr.xgr.Grammar.from_ebnf(text, root_rule_name="root")
+    _xgr.ebnf_of_ebnf(text)
   except Exception as e:  # xgrammar raises RuntimeError/ValueError subclasses with its message
     raw = str(e)
     m = _XGR_LOCATION.search(raw)

@@ -134,6 +134,31 @@ def compile_regex(vocab, pattern: str) -> Any:
   return grammar_compiler(vocab).compile_regex(pattern)
 
 
+def ebnf_of_ebnf(ebnf: str) -> str:
+  """The library's normalized EBNF text (entry ``root``) of GBNF/EBNF text (no compile;
+  raises the library's error, with line and column, on a syntax error)."""
+  return str(xgr.Grammar.from_ebnf(ebnf, root_rule_name="root"))
+
+
+def ebnf_of_regex(pattern: str) -> str:
+  """EBNF text (entry ``root``) of a whole-content regex (no compile)."""
+  return str(xgr.Grammar.from_regex(pattern))
+
+
+def ebnf_of_json_schema(schema: str, *, compact: bool, max_whitespace: int = 0) -> str:
+  """EBNF text (entry ``root``) of a JSON Schema (no compile).
+
+  Args:
+    compact: no free whitespace, ``, `` / ``: `` separators, objects closed to their declared
+      properties (strict tool arguments); else whitespace runs of at most ``max_whitespace``.
+  """
+  if compact:
+    return str(xgr.Grammar.from_json_schema(schema, any_whitespace=False,
+                                            separators=(", ", ": "), strict_mode=True))
+  return str(xgr.Grammar.from_json_schema(schema, any_whitespace=True,
+                                          max_whitespace_cnt=max_whitespace, strict_mode=False))
+
+
 def compiled_memory_bytes(compiled: Any) -> int:
   """Bytes the compiled grammar holds (for the cache's byte budget)."""
   return int(compiled.memory_size_bytes)

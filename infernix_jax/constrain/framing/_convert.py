@@ -1,7 +1,9 @@
 """Source -> EBNF text for embedding: strict tool values and content constraints.
 
-The matcher library converts; we only print its grammar and rename the rules. xgrammar is
-reached through `constrain._xgr` (the one module that imports it).
+The matcher library converts (text only: the framed grammar compiles through the
+ConstraintCompiler and the xgrammar backend); we only print its grammar and rename the rules.
+xgrammar is reached through named functions of `constrain._xgr` (the one module that imports
+it).
 """
 
 from __future__ import annotations
@@ -25,9 +27,7 @@ def json_value_ebnf(schema: Mapping[str, Any] | bool) -> str:
   """EBNF (entry ``root``) of a strict tool argument value: compact ``, `` / ``: `` separators,
   no free whitespace, objects closed to their declared properties, declared order."""
   text = _check_schema(json.dumps(schema))
-  g = _xgr.xgr.Grammar.from_json_schema(text, any_whitespace=False, separators=(", ", ": "),
-                                        strict_mode=True)
-  return str(g)
+  return _xgr.ebnf_of_json_schema(text, compact=True)
 
 
 def content_ebnf(constraint) -> tuple[str, bool]:
@@ -40,24 +40,21 @@ def content_ebnf(constraint) -> tuple[str, bool]:
   from infernix_jax.constrain.spec import ConstraintKind
 
   kind = ConstraintKind(constraint.kind)
-  xgr = _xgr.xgr
   try:
     if kind == ConstraintKind.GRAMMAR:
-      return str(xgr.Grammar.from_ebnf(_gbnf.check_gbnf(constraint.source))), False
+      return _xgr.ebnf_of_ebnf(_gbnf.check_gbnf(constraint.source)), False
     if kind == ConstraintKind.REGEX:
-      return str(xgr.Grammar.from_regex(_regex.check_regex(constraint.source))), False
+      return _xgr.ebnf_of_regex(_regex.check_regex(constraint.source)), False
     if kind == ConstraintKind.CHOICE:
       values = _choice.canonical_choices(constraint.source)
-      return str(xgr.Grammar.from_ebnf(_choice.choice_gbnf(values))), False
+      return _xgr.ebnf_of_ebnf(_choice.choice_gbnf(values)), False
     if kind == ConstraintKind.JSON_OBJECT:
       text = _schema.JSON_OBJECT_SCHEMA
     else:
       text = _schema.check_json_schema(constraint.source,
                                        lenient=bool(constraint.lenient)).schema_json
-    g = xgr.Grammar.from_json_schema(text, any_whitespace=True,
-                                     max_whitespace_cnt=int(constraint.max_whitespace),
-                                     strict_mode=False)
-    return str(g), True
+    return _xgr.ebnf_of_json_schema(text, compact=False,
+                                    max_whitespace=int(constraint.max_whitespace)), True
   except ConstraintError:
     raise
   except RuntimeError as e:
@@ -86,7 +83,7 @@ def raw_pattern_ebnf(pattern: str) -> str:
     raise RegexError("the pattern matches no single-line string, so no raw argument value "
                      "can satisfy it")
   try:
-    return str(_xgr.xgr.Grammar.from_regex(_regex._emit(node)))
+    return _xgr.ebnf_of_regex(_regex._emit(node))
   except RuntimeError as e:
     raise RegexError(f"the pattern could not be converted: {str(e).strip().splitlines()[0]}"
                      ) from None
