@@ -198,6 +198,8 @@ class HostSteps:
     self.stop_when = None  # callable() -> bool: leave the compiled loop after this round
 
   def begin(self, token):
+    """Round inputs; `token` (the previous round's stop flag) only orders this callback
+    after that round's commit inside the compiled loop."""
     h = self.host
     inp, prop = h.begin(self.seed)
     nodes, rows = h.automaton_rows()
