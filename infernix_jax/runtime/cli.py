@@ -384,7 +384,8 @@ def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
                    else constraint.source),
         "lenient": constraint.lenient, "backend": f.backend}
   return {
-      "prompt": {"user": f.prompt, "system": f.system, "chat": f.chat, "text": prompt,
+      "prompt": {"user": f.prompt if f.prompt is not None else DEMO_PROMPT,
+                 "system": f.system, "chat": f.chat, "text": prompt,
                  "token_ids": [int(i) for i in ids]},
       "constraint": constraint_record,
       "tools_file": f["tools-file"].value,
