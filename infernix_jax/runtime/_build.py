@@ -26,7 +26,7 @@ def make_constraint(*, json_schema_file: str | None = None, json_object: bool = 
   """
   from infernix_jax import constrain as ic
   given = [name for name, on in (("--json-schema-file", json_schema_file),
-                                 ("--json-schema", json_schema_text),
+                                 ("--json-schema", json_schema_text is not None),
                                  ("--json-object", json_object),
                                  ("--grammar-file", grammar_file),
                                  ("--regex", regex is not None),
@@ -34,11 +34,11 @@ def make_constraint(*, json_schema_file: str | None = None, json_object: bool = 
   if len(given) > 1:
     raise ic.FeatureConflictError(
         f"constraint options are mutually exclusive, got {' and '.join(given)}; give one")
-  if lenient and not (json_schema_file or json_schema_text):
+  if lenient and not (json_schema_file or json_schema_text is not None):
     raise ic.FeatureConflictError("--lenient applies to JSON Schema constraints only; give "
                                   "--json-schema-file or --json-schema, or drop --lenient")
-  if json_schema_file or json_schema_text:
-    text = (json_schema_text if json_schema_text
+  if json_schema_file or json_schema_text is not None:
+    text = (json_schema_text if json_schema_text is not None
             else _read("--json-schema-file", json_schema_file))
     return ic.OutputConstraint.json_schema(text, lenient=lenient)
   if json_object:

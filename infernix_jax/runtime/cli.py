@@ -230,7 +230,9 @@ def _constraint_option() -> str:
   for name in ("json-schema-file", "grammar-file", "regex"):
     if f[name].value is not None:
       return f"--{name}={f[name].value}"
-  for name in ("json-schema", "json-object", "choice"):
+  if f["json-schema"].value is not None:
+    return "--json-schema"
+  for name in ("json-object", "choice"):
     if f[name].value:
       return f"--{name}"
   return "the built-in JSON Schema"
@@ -265,7 +267,7 @@ def _prepare():
       raise UsageError(f"--tools-file needs the model's chat template: no "
                        f"tokenizer_config.json in {directory}")
   dropped = ()
-  with _phase("compiling constraint"):
+  with _phase("compiling constraint" if constraint is not None else "loading vocabulary"):
     vocab = _vocabulary(source)
     compiler = ic.ConstraintCompiler(vocab)
     if constraint is not None:
