@@ -27,5 +27,9 @@ run: setup
 test: setup-test
 	$(VPY) -m pytest -q tests
 
+# Engine benchmark, few configurations (core install only; prints its table, writes no file).
+bench: setup
+	$(VPY) benchmarks/engine_bench.py --quick
+
 clean:
 	rm -rf $(VENV)

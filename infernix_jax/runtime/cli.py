@@ -7,9 +7,11 @@ and the acceptance statistics.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from pathlib import Path
 
 from absl import app, flags
 
@@ -36,8 +38,7 @@ flags.DEFINE_boolean("chat", True, "Render the prompt as a user turn with the mo
 flags.DEFINE_string("system", None, "Optional system message (with --chat).")
 flags.DEFINE_string("model", None, "A local HF directory or GGUF file (default: the embedded "
                     "SmolLM2-135M-Instruct).")
-flags.DEFINE_string("drafter", "ngram", "Drafter by registered name (see --drafter=help): "
-                    "none, ngram, jump, draft, mtp, dflash, dflash2, ...")
+flags.DEFINE_string("drafter", "ngram", "Drafter by registered name (--help lists them).")
 flags.DEFINE_integer("k", 4, "Draft length K (drafts per round).")
 flags.DEFINE_integer("ngram-n", 3, "Longest n-gram of the n-gram drafter.")
 flags.DEFINE_boolean("jump-forward", None, "Add grammar jump-forward drafts (default: on when "
@@ -55,6 +56,11 @@ flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
 flags.DEFINE_integer("thinking-budget", None, "Reasoning tokens allowed before the engine "
                      "closes the thinking block itself (Qwen thinking prompts; default: none).")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")
+flags.DEFINE_string("json-schema", None, "Constrain the output to this JSON Schema, given "
+                    "inline (JSON text).")
+flags.DEFINE_boolean("lenient", False, "JSON Schema: drop unsupported assertion keywords "
+                     "(listed on stderr with their JSON Pointers) instead of rejecting the "
+                     "schema; the output is not guaranteed to satisfy them.")
 flags.DEFINE_boolean("json-object", False, "Constrain the output to a JSON object.")
 flags.DEFINE_string("grammar-file", None, "Constrain the output to this GBNF grammar (root).")
 flags.DEFINE_string("regex", None, "Constrain the output to match this regex (whole output).")
@@ -69,9 +75,8 @@ flags.DEFINE_string("bridge", "stages", "Host bridge: stages | callback.")
 flags.DEFINE_boolean("device-automaton", False, "Choice constraints compiled by the trie "
                      "backend take their masks from a device-resident automaton inside the "
                      "round (no host lookahead); same tokens.")
-flags.DEFINE_string("backend", "auto", "Constraint backend by registered name: auto (choice "
-                    "sets above the trie threshold -> trie, else xgrammar), xgrammar, trie, "
-                    "llguidance, ...")
+flags.DEFINE_string("backend", "auto", "Constraint backend by registered name (--help lists "
+                    "them); auto: choice sets above the trie threshold -> trie, else xgrammar.")
 flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
@@ -85,8 +90,9 @@ class UsageError(ValueError):
 
 def _constraint_flags_given() -> bool:
   f = FLAGS
-  return bool(f["json-schema-file"].value or f["json-object"].value or f["grammar-file"].value
-              or f.regex is not None or f.choice)
+  return bool(f["json-schema-file"].value or f["json-schema"].value is not None
+              or f["json-object"].value or f["grammar-file"].value or f.regex is not None
+              or f.choice)
 
 
 def _validate() -> None:
@@ -124,11 +130,37 @@ def _validate() -> None:
     raise UsageError("--draft-model needs --drafter=draft")
   if f.drafter == "draft" and not f["draft-model"].value:
     raise UsageError("--drafter=draft needs --draft-model=PATH (an HF directory or GGUF file)")
+  if f.k < 1 and _jump_forward():
+    raise UsageError(f"--k={f.k} must be >= 1 with jump-forward drafts (pass --nojump-forward "
+                     f"or --k >= 1)")
+  if f.k < 1 and drafters.entry(f.drafter).drafts:
+    raise UsageError(f"--k={f.k} must be >= 1 for --drafter={f.drafter} (use --drafter=none "
+                     f"for no drafts)")
+  for name in ("tools-file", "draft-model"):
+    path = f[name].value
+    if path is not None and not Path(path).exists():
+      raise UsageError(f"--{name}={path}: no such file")
+  if f.model is not None and not Path(f.model).exists():
+    raise UsageError(f"--model={f.model}: no such file or directory")
+
+
+def _demo() -> bool:
+  """No prompt, constraint or --unconstrained: the main job's prompt and schema."""
+  f = FLAGS
+  return f.prompt is None and not _constraint_flags_given() and not f.unconstrained
+
+
+def _jump_forward() -> bool:
+  """--jump-forward, or its default: on when a constraint is given and the drafter drafts."""
+  f = FLAGS
+  jump = f["jump-forward"].value
+  if jump is None:
+    constrained = _constraint_flags_given() or _demo() or bool(f["tools-file"].value)
+    jump = constrained and f.drafter != "none"
+  return jump
 
 
 def _load(path):
-  from pathlib import Path
-
   from infernix_jax import models as im
   dtype = FLAGS.dtype
   if path is None:
@@ -150,40 +182,137 @@ def _vocabulary(source):
   return ic.Vocabulary.from_tokenizer_json(source)
 
 
-def generate() -> dict:
-  """Runs one generation from the flags; returns the result dict (also printed)."""
+@contextlib.contextmanager
+def _phase(what: str):
+  """One progress line on stderr: `what ...` now, the seconds it took when done."""
+  sys.stderr.write(f"{what} ...")
+  sys.stderr.flush()
+  t0 = time.perf_counter()
+  try:
+    yield
+  except BaseException:
+    sys.stderr.write(" failed\n")
+    raise
+  sys.stderr.write(f" {time.perf_counter() - t0:.1f} s\n")
+  sys.stderr.flush()
+
+
+def _vocab_source(model: str | None) -> Path:
+  """The tokenizer source of --model, found without loading weights (GGUF or tokenizer.json).
+
+  Raises:
+    UsageError: --model is neither an HF directory with tokenizer.json, an infernix
+      checkpoint remembering its tokenizer, nor a .gguf file.
+  """
   from infernix_jax import models as im
-  from infernix_jax.runtime import _build, drafters
-  from infernix_jax.runtime.engine import Engine
-  from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
+  if model is None:
+    return im.default_model_path()
+  p = Path(model)
+  if p.is_dir():
+    meta = p / "infernix_model.json"
+    if meta.exists():
+      source = json.loads(meta.read_text(encoding="utf-8")).get("vocab_source")
+      if not source:
+        raise UsageError(f"--model={model}: the checkpoint names no tokenizer (vocab_source "
+                         f"in {meta})")
+      return Path(source)
+    if not (p / "tokenizer.json").exists():
+      raise UsageError(f"--model={model}: no tokenizer.json in the directory")
+    return p / "tokenizer.json"
+  if p.is_file() and p.suffix == ".gguf":
+    return p
+  raise UsageError(f"--model={model}: expected an HF directory or a .gguf file")
+
+
+def _constraint_option() -> str:
+  """The constraint flag as the user gave it, for error messages."""
+  f = FLAGS
+  for name in ("json-schema-file", "grammar-file", "regex"):
+    if f[name].value is not None:
+      return f"--{name}={f[name].value}"
+  if f["json-schema"].value is not None:
+    return "--json-schema"
+  for name in ("json-object", "choice"):
+    if f[name].value:
+      return f"--{name}"
+  return "the built-in JSON Schema"
+
+
+def _prepare():
+  """Checks everything that does not need the model's weights.
+
+  Returns:
+    (constraint or None, vocabulary source, Vocabulary, ConstraintCompiler, tools or None).
+
+  Raises:
+    UsageError: a flag, a file or the constraint is invalid (the message names the flag, the
+      file and the location inside it).
+  """
+  from infernix_jax import constrain as ic
+  from infernix_jax.runtime import _build
 
   f = FLAGS
   _validate()
-  demo = f.prompt is None and not _constraint_flags_given() and not f.unconstrained
+  _sampling().validate()
   constraint = _build.make_constraint(
       json_schema_file=f["json-schema-file"].value, json_object=f["json-object"].value,
       grammar_file=f["grammar-file"].value, regex=f.regex, choices=f.choice,
-      json_schema_text=DEMO_SCHEMA if demo else None)
-  jump = f["jump-forward"].value
-  if jump is None:
-    jump = (constraint is not None or bool(f["tools-file"].value)) and f.drafter != "none"
-  sampling = SamplingOptions(temperature=f.temperature, top_k=f["top-k"].value,
-                             top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed,
-                             presence_penalty=f["presence-penalty"].value,
-                             frequency_penalty=f["frequency-penalty"].value)
-  sampling.validate()
-  t0 = time.perf_counter()
-  cfg, model, source = _load(f.model)
-  if source is None:
-    raise FileNotFoundError(f"--model={f.model}: no tokenizer found beside the weights")
-  tok = im.load_tokenizer(source)
-  vocab = _vocabulary(source)
-  draft = _load(f["draft-model"].value) if f["draft-model"].value else None
-  drafter = drafters.create(f.drafter, k=f.k, ngram_n=f["ngram-n"].value, jump_forward=jump,
-                            target=(cfg, model), draft_model=draft[:2] if draft else None,
-                            draft_sampling=f.temperature > 0, seed=f.seed)
-  prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
+      json_schema_text=DEMO_SCHEMA if _demo() else f["json-schema"].value,
+      lenient=f.lenient)
   tools = _tools()
+  source = _vocab_source(f.model)
+  if tools is not None and f.chat:
+    directory = source if source.is_dir() else source.parent
+    if not (directory / "tokenizer_config.json").exists():
+      raise UsageError(f"--tools-file needs the model's chat template: no "
+                       f"tokenizer_config.json in {directory}")
+  dropped = ()
+  with _phase("compiling constraint" if constraint is not None else "loading vocabulary"):
+    vocab = _vocabulary(source)
+    compiler = ic.ConstraintCompiler(vocab)
+    if constraint is not None:
+      try:
+        compiled = compiler.compile(constraint,
+                                    backend=None if f.backend == "auto" else f.backend)
+      except ic.ConstraintError as e:
+        raise UsageError(f"{_constraint_option()}: {e}") from None
+      dropped = compiled.dropped
+  for pointer, keyword in dropped:
+    print(f"--lenient: dropped {keyword!r} (at {pointer or '/'}); the output need not satisfy "
+          f"it", file=sys.stderr)
+  return constraint, source, vocab, compiler, tools
+
+
+def _sampling():
+  from infernix_jax.runtime.types import SamplingOptions
+  f = FLAGS
+  return SamplingOptions(temperature=f.temperature, top_k=f["top-k"].value,
+                         top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed,
+                         presence_penalty=f["presence-penalty"].value,
+                         frequency_penalty=f["frequency-penalty"].value)
+
+
+def generate() -> dict:
+  """Runs one generation from the flags; returns the result dict (also printed)."""
+  from infernix_jax import models as im
+  from infernix_jax.runtime import drafters
+  from infernix_jax.runtime.engine import Engine
+  from infernix_jax.runtime.types import GenerationRequest
+
+  f = FLAGS
+  constraint, source, vocab, compiler, tools = _prepare()
+  demo = _demo()
+  jump = _jump_forward()
+  sampling = _sampling()
+  t0 = time.perf_counter()
+  with _phase("loading model"):
+    cfg, model, _ = _load(f.model)
+    tok = im.load_tokenizer(source)
+    draft = _load(f["draft-model"].value) if f["draft-model"].value else None
+    drafter = drafters.create(f.drafter, k=f.k, ngram_n=f["ngram-n"].value, jump_forward=jump,
+                              target=(cfg, model), draft_model=draft[:2] if draft else None,
+                              draft_sampling=f.temperature > 0, seed=f.seed)
+  prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
   if f.chat:
     messages = ([{"role": "system", "content": f.system}] if f.system else []) + [
         {"role": "user", "content": prompt}]
@@ -193,7 +322,7 @@ def generate() -> dict:
   load_s = time.perf_counter() - t0
   capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
   engine = Engine(model, vocab, drafter, lanes=1, capacity=capacity, bridge=f.bridge,
-                  masked_q=f["masked-q"].value, cfg=cfg,
+                  masked_q=f["masked-q"].value, cfg=cfg, compiler=compiler,
                   device_automaton=f["device-automaton"].value)
 
   def stream(event):
@@ -202,7 +331,8 @@ def generate() -> dict:
       sys.stdout.flush()
 
   if f.warmup:
-    engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
+    with _phase("warming up"):
+      engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
   request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
                               sampling=sampling, constraint=constraint,
                               tools=tools, tool_choice=f["tool-choice"].value if tools else None,
@@ -220,6 +350,7 @@ def generate() -> dict:
   out["bridge"] = f.bridge
   out["backend"] = f.backend
   out["load_seconds"] = load_s
+  out["request"] = _request_record(prompt, ids, constraint, sampling, drafter, source)
   if tools is not None:
     out["tool_calls"] = _tool_calls(vocab, ids, tools, constraint, result)
   _print_stats(result, drafter, out)
@@ -231,21 +362,75 @@ def generate() -> dict:
   return out
 
 
+_PACKAGES = ("infernix_jax", "jax", "jaxlib", "flax", "xgrammar", "llguidance")
+
+
+def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
+  """What was asked, for --json-out: enough to rerun it and to know with which packages."""
+  import dataclasses
+  from importlib import metadata
+
+  f = FLAGS
+  versions = {}
+  for name in _PACKAGES:
+    try:
+      versions[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+      versions[name] = None
+  if constraint is None:
+    constraint_record = None
+  else:
+    constraint_record = {
+        "kind": constraint.kind.value, "option": _constraint_option(),
+        "source": (list(constraint.source) if isinstance(constraint.source, tuple)
+                   else constraint.source),
+        "lenient": constraint.lenient, "backend": f.backend}
+  return {
+      "prompt": {"user": f.prompt if f.prompt is not None else DEMO_PROMPT,
+                 "system": f.system, "chat": f.chat, "text": prompt,
+                 "token_ids": [int(i) for i in ids]},
+      "constraint": constraint_record,
+      "tools_file": f["tools-file"].value,
+      "tool_choice": f["tool-choice"].value if f["tools-file"].value else None,
+      "thinking_budget": f["thinking-budget"].value,
+      "stop": list(f.stop or ()),
+      "sampling": dataclasses.asdict(sampling),
+      "max_tokens": f["max-tokens"].value,
+      "drafter": {"flag": f.drafter, "name": drafter.name, "k": drafter.k,
+                  "ngram_n": f["ngram-n"].value, "jump_forward": _jump_forward(),
+                  "masked_q": f["masked-q"].value, "draft_model": f["draft-model"].value},
+      "bridge": f.bridge,
+      "device_automaton": f["device-automaton"].value,
+      "model": str(f.model) if f.model is not None else None,
+      "model_path": str(source),
+      "dtype": f.dtype,
+      "seed": f.seed,
+      "versions": versions,
+  }
+
+
 def _tools():
-  """The --tools-file definitions (ToolDefinitions) or None."""
+  """The --tools-file definitions (ToolDefinitions) or None.
+
+  Raises:
+    UsageError: the file is missing or its definitions are malformed (with the location).
+  """
   path = FLAGS["tools-file"].value
   if path is None:
     return None
-  from pathlib import Path
-
   from infernix_jax.constrain import framing
-  return framing.parse_tools(Path(path).read_text(encoding="utf-8"))
+  from infernix_jax.constrain.errors import ConstraintError
+  p = Path(path)
+  if not p.is_file():
+    raise UsageError(f"--tools-file={path}: no such file")
+  try:
+    return framing.parse_tools(p.read_text(encoding="utf-8"))
+  except ConstraintError as e:
+    raise UsageError(f"--tools-file={path}: {e}") from None
 
 
 def _render_with_tools(source, messages, tools) -> str:
   """The prompt with the tool declarations, through the model's own template (jinja2)."""
-  from pathlib import Path
-
   from infernix_jax.constrain import framing
   directory = Path(source)
   directory = directory if directory.is_dir() else directory.parent
@@ -317,8 +502,17 @@ def main(argv) -> int:
   return 0
 
 
+HELP_ARGS = ("-h", "--help", "-help", "--helpshort", "-?")
+
+
 def run() -> None:
   """Console-script entry (`infernix-jax`)."""
+  if any(a in HELP_ARGS for a in sys.argv[1:]):
+    # absl's --help lists only the main module's key flags and exits 1: print ours instead.
+    from infernix_jax.runtime import _cli_help
+    print(_cli_help.format_help())
+    sys.exit(0)
+
   def entry(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)

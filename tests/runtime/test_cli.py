@@ -31,7 +31,8 @@ def run_cli(args):
     (["generate", "--drafter=draft"], "--draft-model"),
     (["generate", "--choice=a", "--stop=b"], "--stop cannot be combined"),
     (["generate", "--unconstrained", "--json-object"], "--unconstrained conflicts"),
-    (["generate", "--json-schema-file=/nonexistent/s.json"], "no such file"),
+    (["generate", "--json-schema-file=/nonexistent/s.json"],
+     "--json-schema-file=/nonexistent/s.json: no such file"),
     (["frobnicate"], "expected the command 'generate'"),
 ])
 def test_invalid_flags_give_one_error_line(args, message, capsys):
@@ -76,4 +77,104 @@ def test_choice_generation_writes_json(tmp_path, capsys):
   assert result["constraint"]["terminated"] and result["constraint"]["kind"] == "choice"
   assert result["drafter"] == "jump+ngram" and result["k"] == 2
   assert result["stats"]["rounds"] == len(result["stats"]["per_round"]) >= 1
-  assert result["token_ids"] and "accepted length" in capsys.readouterr().out
+  captured = capsys.readouterr()
+  assert result["token_ids"] and "accepted length" in captured.out
+  for phase in ("compiling constraint ...", "loading model ..."):
+    assert phase in captured.err and phase not in captured.out
+  request = result["request"]
+  assert {"prompt", "constraint", "sampling", "drafter", "bridge", "model_path", "seed",
+          "versions"} <= set(request)
+  assert request["prompt"]["user"] == "Pick one" and request["prompt"]["token_ids"]
+  assert request["constraint"] == {"kind": "choice", "option": "--choice",
+                                   "source": ["yes", "no way"], "lenient": False,
+                                   "backend": "auto"}
+  assert request["sampling"]["temperature"] == 0.7 and request["seed"] == 3
+  assert request["drafter"]["k"] == 2 and request["drafter"]["name"] == "jump+ngram"
+  assert {"infernix_jax", "jax", "jaxlib", "flax", "xgrammar",
+          "llguidance"} == set(request["versions"])
+  assert request["versions"]["jax"]
+
+
+def test_help_lists_the_command_flags_by_group():
+  """`generate --help` exits 0 and prints every CLI flag under its heading."""
+  import subprocess
+  import sys
+  proc = subprocess.run([sys.executable, "-m", "infernix_jax.runtime.cli", "generate", "--help"],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  text = proc.stdout
+  for heading in ("model:", "constraint:", "drafting:", "sampling:", "output:"):
+    assert f"\n{heading}\n" in text
+  for flag in ("--model", "--json-schema-file", "--[no]lenient", "--drafter", "--top-p",
+               "--json-out"):
+    assert f"\n  {flag}\n" in text, flag
+  assert "ngram: prompt lookup" in text and "llguidance" in text
+  assert "(default: 160)" in text  # --max-tokens
+  assert text.index("constraint:") < text.index("--regex") < text.index("drafting:")
+
+
+def test_help_groups_cover_every_cli_flag():
+  from infernix_jax.runtime import _cli_help
+  grouped = [name for _, names in _cli_help.GROUPS for name in names]
+  defined = {f.name for f in flags.FLAGS.get_flags_for_module(cli.__name__)}
+  assert sorted(grouped) == sorted(defined)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+  """Fails the test if the CLI tries to load weights."""
+  def load(path):
+    raise AssertionError(f"the model was loaded ({path}) before the error was found")
+  monkeypatch.setattr(cli, "_load", load)
+
+
+def assert_one_error(capsys, *parts):
+  """Exactly one `error:` line, the last on stderr, holding every part (no raw OSError)."""
+  err = capsys.readouterr().err.strip().splitlines()
+  errors = [line for line in err if line.startswith("error: ")]
+  assert len(errors) == 1 and err[-1] == errors[0], err
+  assert all(p in errors[0] for p in parts) and "Errno" not in errors[0], errors[0]
+
+
+def test_invalid_schema_file_fails_before_loading(tmp_path, capsys, no_model_load):
+  path = tmp_path / "s.json"
+  path.write_text('{"type": "object", "properties": {"a": {"type": "string", '
+                  '"format": "no-such-format"}}}')
+  assert run_cli(["generate", f"--json-schema-file={path}"]) == 2
+  assert_one_error(capsys, f"--json-schema-file={path}: ", "(at /properties/a")
+
+
+def test_lenient_drops_the_keyword_and_names_it(tmp_path, capsys, no_model_load):
+  """--lenient compiles the same schema; the dropped keyword is listed; then the model loads."""
+  schema = ('{"type": "object", "properties": {"a": {"type": "string", '
+            '"format": "no-such-format"}}}')
+  with pytest.raises(AssertionError, match="the model was loaded"):
+    run_cli(["generate", f"--json-schema={schema}", "--lenient"])
+  err = capsys.readouterr().err
+  assert "--lenient: dropped" in err and "/properties/a" in err, err
+
+
+def test_inline_schema_conflicts_with_schema_file(capsys, no_model_load):
+  assert run_cli(["generate", '--json-schema={"type": "object"}', "--json-schema-file=s.json"
+                  ]) == 2
+  assert_one_error(capsys, "--json-schema-file and --json-schema", "mutually exclusive")
+
+
+def test_lenient_needs_a_schema(capsys, no_model_load):
+  assert run_cli(["generate", "--regex=a", "--lenient"]) == 2
+  assert_one_error(capsys, "--lenient applies to JSON Schema")
+
+
+def test_bad_regex_fails_before_loading(capsys, no_model_load):
+  assert run_cli(["generate", "--regex=a(b"]) == 2
+  assert_one_error(capsys, "--regex=a(b: ")
+
+
+def test_k0_with_a_drafting_drafter_fails_before_loading(capsys, no_model_load):
+  assert run_cli(["generate", "--k=0", "--drafter=ngram", "--nojump-forward", "--prompt=x"]) == 2
+  assert_one_error(capsys, "--k=0 must be >= 1 for --drafter=ngram")
+
+
+def test_missing_tools_file_fails_before_loading(capsys, no_model_load):
+  assert run_cli(["generate", "--tools-file=/nonexistent/tools.json", "--prompt=x"]) == 2
+  assert_one_error(capsys, "--tools-file=/nonexistent/tools.json: no such file")
