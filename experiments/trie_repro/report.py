@@ -26,7 +26,7 @@ PAPER = {
 }
 GOALS = {"warm10k_ms": 100.0, "warm100k_ms": 1000.0, "step_us": 2.0, "batch128_ms": 0.3}
 
-INTRO = """# Trie automaton for large finite sets: reproduction (issue 5)
+INTRO = """# Trie automaton for large finite sets: reproduction
 
 Reproduces the latency study of the trie-automaton paper (`shared/reference/001_...`, section 5,
 appendices C, G, H, M) with this repository's trie backend (`infernix_jax/constrain/trie/`,
@@ -278,7 +278,7 @@ def tables(d, main="qwen3") -> list[str]:
       g = lambda m: d.get((v, s_, k, "trie-vs-xgrammar", m))  # noqa: E731
       L.append(f"| {v} | {s_} | {k:,} | {g('states'):,} | {g('distinct_nodes'):,} | "
                f"{g('mismatches')} |")
-  L += ["", "## Goals (issue 5) against this run", ""] + goals(d, main)
+  L += ["", "## Goals against this run", ""] + goals(d, main)
   return L
 
 

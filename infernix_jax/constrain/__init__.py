@@ -31,7 +31,7 @@ from infernix_jax.constrain.compiler import (
 from infernix_jax.constrain.session import OutputSession, PreviewResult
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
-from infernix_jax.constrain import framing  # Qwen output framing: thinking, tool calls (issue 7)
+from infernix_jax.constrain import framing  # Qwen output framing: thinking, tool calls
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
