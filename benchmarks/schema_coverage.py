@@ -33,6 +33,7 @@ from infernix_jax.constrain import _xgr
 from infernix_jax.constrain.schema import check_json_schema
 from infernix_jax.testing import schema_suite
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
+from infernix_jax.testing.llguidance_fork import LLGuidanceFork, value_chars
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "../shared/data"
@@ -143,47 +144,10 @@ def suite_table(vocab) -> list[str]:
 # --- llguidance ------------------------------------------------------------------------------
 
 
-class LLGuidanceFork:
-  """The Walker's matcher protocol over an llguidance session's matcher (byte vocabulary)."""
-
-  def __init__(self, m, eos: bool = False):
-    self.m, self.eos = m, eos
-
-  def fork(self):
-    return LLGuidanceFork(self.m.deep_copy(), self.eos)
-
-  def accept_string(self, data: bytes) -> bool:
-    ids = list(data)
-    if self.eos or self.m.validate_tokens(ids) != len(ids):
-      return False
-    return self.m.consume_tokens(ids)
-
-  def accept_token(self, t: int) -> bool:
-    if t != EOS or self.eos or not self.m.is_accepting():
-      return False
-    self.eos = True
-    return True
-
-  def is_terminated(self) -> bool:
-    return self.eos
-
-
-def _chars(v):
-  if isinstance(v, str):
-    yield from v
-  elif isinstance(v, dict):
-    for k, x in v.items():
-      yield from k
-      yield from _chars(x)
-  elif isinstance(v, list):
-    for x in v:
-      yield from _chars(x)
-
-
 def llg_narrowing(value, schema_text: str, file: str = "", group: str = "",
                   draft7: bool = False) -> str | None:
   """Why a valid value may lie outside the llguidance backend's language (None: unknown)."""
-  if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in _chars(value)):
+  if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in value_chars(value)):
     return "control characters / DEL need \\u escapes (disabled)"
   if file == "format.json" or '"format"' in schema_text:
     return "format is enforced (llguidance's format regexes)"
@@ -199,7 +163,7 @@ def llg_narrowing(value, schema_text: str, file: str = "", group: str = "",
 
 def _llg_accepts(backend, compiled, walker: Walker, value) -> bool:
   """Walker verdict; an accepted text must also terminate a real session's preview."""
-  ok = walker.accepts(LLGuidanceFork(backend.new_session(compiled, b"")._m), value)
+  ok = walker.accepts(LLGuidanceFork(backend.new_session(compiled, b"")._m, EOS), value)
   if ok:
     data = list(walker.text.encode("utf-8")) + [EOS]
     r = backend.new_session(compiled, b"").preview(data)

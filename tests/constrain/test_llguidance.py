@@ -22,6 +22,7 @@ from infernix_jax import constrain as ic
 from infernix_jax import mask_layout
 from infernix_jax.testing import schema_suite as _schema_suite
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
+from infernix_jax.testing.llguidance_fork import LLGuidanceFork, value_chars
 from infernix_jax.constrain.backends.llguidance import LLGuidanceBackend
 from infernix_jax.testing.random_walk import random_walk
 from infernix_jax.mask_layout import DEAD_END, READY, UNREACHABLE
@@ -76,48 +77,11 @@ def test_import_is_lazy_and_torch_free():
 # --- JSON-Schema-Test-Suite ------------------------------------------------------------------
 
 
-class _Fork:
-  """The Walker's matcher protocol over an llguidance session's matcher (byte vocabulary)."""
-
-  def __init__(self, m, eos=False):
-    self.m, self.eos = m, eos
-
-  def fork(self):
-    return _Fork(self.m.deep_copy(), self.eos)
-
-  def accept_string(self, data: bytes) -> bool:
-    ids = list(data)
-    if self.eos or self.m.validate_tokens(ids) != len(ids):
-      return False
-    return self.m.consume_tokens(ids)
-
-  def accept_token(self, t: int) -> bool:
-    if t != EOS or self.eos or not self.m.is_accepting():
-      return False
-    self.eos = True
-    return True
-
-  def is_terminated(self) -> bool:
-    return self.eos
-
-
-def _chars(v):
-  if isinstance(v, str):
-    yield from v
-  elif isinstance(v, dict):
-    for k, x in v.items():
-      yield from k
-      yield from _chars(x)
-  elif isinstance(v, list):
-    for x in v:
-      yield from _chars(x)
-
-
 def narrowing(file: str, group: str, value, draft: str) -> str | None:
   """Why a valid value is outside llguidance's generation language (None: no known reason)."""
   if file == "format.json":
     return "format is enforced (the suite treats it as an annotation)"
-  if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in _chars(value)):
+  if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in value_chars(value)):
     return "control characters need \\u escapes, which are disabled"
   if file == "float-overflow.json":
     return "1E+308 spelled as an integer overflows"
@@ -149,7 +113,7 @@ def run_suite(vocab, draft: str) -> dict:
       for case in gx["tests"]:
         r["cases"] += 1
         try:
-          ok = walker.accepts(_Fork(compiled.new_session()._m), case["data"])
+          ok = walker.accepts(LLGuidanceFork(compiled.new_session()._m, EOS), case["data"])
         except SearchBudgetExceeded:
           r["budget"] += 1
           continue
