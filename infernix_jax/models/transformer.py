@@ -43,6 +43,10 @@ class DecoderLayers(nnx.Module):
     """Parameter arrays by name, each [L, ...]."""
     return {name: getattr(self, name)[...] for name in self.names}
 
+  def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False):
+    """`cached_layers` over these layers (same arguments and results)."""
+    return cached_layers(cfg, self.params(), x, cache_k, cache_v, starts, collect=collect)
+
 
 def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
   """Query t of row b sits at position starts[b] + t and reads keys 0..that: bool [B, T, S]."""
@@ -50,10 +54,43 @@ def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
   return jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
 
 
+def decoder_layer(cfg: ModelConfig, p, x: jax.Array, ck: jax.Array, cv: jax.Array, layer,
+                  rows: jax.Array, positions: jax.Array, cos, sin, mask: jax.Array):
+  """One pre-norm decoder layer that writes its keys/values into the shared cache.
+
+  Args:
+    p: this layer's parameters (either layout, see `_layers.project_qkv`).
+    x: activations [B, T, D].
+    ck, cv: the cache [L, B, S, G, H]; this layer's entries at (rows, positions) are set.
+    layer: the layer index (traced in a scan, a Python int when unrolled).
+    rows: i32[B, 1]; positions: i32[B, T]; cos, sin: rope tables; mask: bool [B, T, S].
+
+  Returns:
+    (x [B, T, D], ck, cv).
+  """
+  h = _layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
+  q, k, v = _layers.project_qkv(cfg, p, h, cos, sin)
+  # In-place scatter into the carried cache: donated buffers are updated, not copied.
+  ck = ck.at[layer, rows, positions].set(k.astype(ck.dtype), mode="drop")
+  cv = cv.at[layer, rows, positions].set(v.astype(cv.dtype), mode="drop")
+  o = _layers.attention(q, ck[layer].astype(q.dtype), cv[layer].astype(q.dtype), mask)
+  x = x + _layers.attn_out(cfg, p, o)
+  return x + _layers.mlp(cfg, p, x), ck, cv
+
+
+def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array):
+  """What every layer shares: (rows i32[B, 1], positions i32[B, T], cos, sin, mask)."""
+  b, t, _ = x.shape
+  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
+  cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
+  mask = causal_mask(starts, t, cache_k.shape[2])  # [B, T, S]
+  return jnp.arange(b, dtype=jnp.int32)[:, None], positions, cos, sin, mask
+
+
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
                   cache_k: jax.Array, cache_v: jax.Array, starts: jax.Array,
                   collect: bool = False):
-  """Runs stacked causal layers over T new tokens written at each row's offset.
+  """Runs stacked causal layers (one `lax.scan`) over T new tokens at each row's offset.
 
   Args:
     cfg: the model (or drafter) config.
@@ -69,24 +106,11 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
     (output activations [B, T, D], cache_k, cache_v), plus the per-layer outputs
     [L, B, T, D] when `collect`.
   """
-  b, t, _ = x.shape
-  s = cache_k.shape[2]
-  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
-  cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
-  mask = causal_mask(starts, t, s)  # [B, T, S]
-  rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
+  rows, positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts)
 
   def body(carry, xs):
-    x, ck, cv = carry
     p, layer = xs
-    h = _layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
-    q, k, v = _layers.project_qkv(cfg, p, h, cos, sin)
-    # In-place scatter into the carried cache: donated buffers are updated, not copied.
-    ck = ck.at[layer, rows, positions].set(k.astype(ck.dtype), mode="drop")
-    cv = cv.at[layer, rows, positions].set(v.astype(cv.dtype), mode="drop")
-    o = _layers.attention(q, ck[layer].astype(q.dtype), cv[layer].astype(q.dtype), mask)
-    x = x + _layers.attn_out(cfg, p, o)
-    x = x + _layers.mlp(cfg, p, x)
+    x, ck, cv = decoder_layer(cfg, p, *carry, layer, rows, positions, cos, sin, mask)
     return (x, ck, cv), (x if collect else None)
 
   num_layers = cache_k.shape[0]
@@ -141,8 +165,8 @@ class Transformer(nnx.Module):
       and unchanged lengths). Callers commit by `cache.with_lengths(...)`.
     """
     x = self.embed_tokens(tokens)
-    out = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v, cache.lengths,
-                        collect=taps is not None)
+    out = self.layers.run(self.cfg, x, cache.k, cache.v, cache.lengths,
+                          collect=taps is not None)
     x, k, v = out[:3]
     if taps is not None:
       for t in taps:

@@ -8,6 +8,7 @@
 from infernix_jax.runtime import drafters
 from infernix_jax.runtime.drafters import (Drafter, JumpForward, NGramDrafter, NoDrafter,
                                            Proposal)
+from infernix_jax.runtime._round import Timeline
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.errors import (CapacityError, ConstraintDeadEnd, GenerationError,
                                          NonFiniteLogits, RequestCancelled, SessionFailure,
@@ -20,6 +21,6 @@ __all__ = [
     "BRIDGES", "CapacityError", "ConstraintDeadEnd", "ConstraintReport", "Drafter", "Engine",
     "FinishReason", "GenerationError", "GenerationRequest", "GenerationResult", "JumpForward",
     "NGramDrafter", "NoDrafter", "NonFiniteLogits", "Proposal", "RequestCancelled",
-    "RoundStat", "SamplingOptions", "SessionFailure", "StateIntegrityError", "TokenEvent",
-    "drafters",
+    "RoundStat", "SamplingOptions", "SessionFailure", "StateIntegrityError", "Timeline",
+    "TokenEvent", "drafters",
 ]

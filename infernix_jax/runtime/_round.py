@@ -217,26 +217,77 @@ class HostSteps:
     return committed.tokens, committed.counts, poisoned, np.bool_(stop)
 
 
+class Timeline:
+  """Wall-clock spans of rounds on the `stages` bridge, for overlap studies.
+
+  Each span is (round, name, start, end) in `time.perf_counter` seconds. Names: "begin",
+  "commit" (host steps), "wait:<step>" (blocked reading device results before a host step),
+  "dispatch:<step>" (launching a device step; with `serial` it also waits for the result,
+  so the span is the step's device time), "draft wait", "lookahead", "upload".
+
+  Attributes:
+    serial: block after every device step (no overlap: the reference for what overlap hides).
+    spans: the recorded spans.
+  """
+
+  def __init__(self, serial: bool = False):
+    self.serial = serial
+    self.spans: list[tuple[int, str, float, float]] = []
+    self.round = 0
+
+  def add(self, name: str, start: float) -> None:
+    self.spans.append((self.round, name, start, time.perf_counter()))
+
+
 class StagesIO:
   """Executes the round in Python: host steps directly, device steps as jitted stages."""
 
-  def __init__(self, steps: HostSteps):
-    self.steps = steps
+  def __init__(self, steps: HostSteps, timeline: Timeline | None = None):
+    self.steps, self.timeline = steps, timeline
 
   def host(self, name, *args):
-    return getattr(self.steps, name)(*jax.device_get(args))
+    tl = self.timeline
+    if tl is None:
+      return getattr(self.steps, name)(*jax.device_get(args))
+    t0 = time.perf_counter()
+    args = jax.device_get(args)
+    tl.add(f"wait:{name}", t0)
+    t0 = time.perf_counter()
+    out = getattr(self.steps, name)(*args)
+    tl.add(name, t0)
+    return out
 
   def device(self, fn, *args, **static):
-    return _JIT[fn](*args, **static)
+    tl = self.timeline
+    if tl is None:
+      return _JIT[fn](*args, **static)
+    t0 = time.perf_counter()
+    out = _JIT[fn](*args, **static)
+    if tl.serial:
+      jax.block_until_ready(out)
+    tl.add(f"dispatch:{fn.__name__.removesuffix('_step')}", t0)
+    return out
 
   def masks(self, constrained, drafts, n):
     if not constrained:  # no constrained lane: no host wait, no upload, no mask read
       return None, None, None
+    tl = self.timeline
     t0 = time.perf_counter()
     drafts, n = jax.device_get((drafts, n))  # waits for the proposal only, not the verify
     self.steps.host.stats["draft_wait_seconds"] += time.perf_counter() - t0
+    if tl is not None:
+      tl.add("draft wait", t0)
+    t0 = time.perf_counter()
     mask, states, enabled = self.steps.masks(drafts, n)
-    return jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
+    if tl is not None:
+      tl.add("lookahead", t0)
+    t0 = time.perf_counter()
+    out = jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
+    if tl is not None:
+      if tl.serial:
+        jax.block_until_ready(out)
+      tl.add("upload", t0)
+    return out
 
   def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
     if not np.asarray(rows).any():
@@ -316,11 +367,15 @@ def _loop(dev: DeviceState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics
 _CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before each call
 
 
-def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics) -> DeviceState:
-  """One round on the `stages` bridge."""
+def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics,
+               timeline: Timeline | None = None) -> DeviceState:
+  """One round on the `stages` bridge (spans recorded into `timeline` when given)."""
   steps = HostSteps()
   steps.host, steps.seed = host, np.asarray(args.seed)
-  dev, _ = run_round(StagesIO(steps), dev, args, None, st)
+  dev, _ = run_round(StagesIO(steps, timeline), dev, args, None, st)
+  if timeline is not None:
+    jax.block_until_ready(dev)
+    timeline.round += 1
   return dev
 
 

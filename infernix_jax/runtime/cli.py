@@ -78,6 +78,12 @@ flags.DEFINE_boolean("device-automaton", False, "Choice constraints compiled by 
 flags.DEFINE_string("backend", "auto", "Constraint backend by registered name (--help lists "
                     "them); auto: choice sets above the trie threshold -> trie, else xgrammar.")
 flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
+flags.DEFINE_string("layout", "unrolled", "Layer weight layout: unrolled (per-layer fused "
+                    "weights; fastest single-device decoding, longer first compile) | stacked "
+                    "(one scanned array per parameter; quick compiles).")
+flags.DEFINE_string("weights", None, "Storage of the layer matrices with --layout=unrolled: "
+                    "float32 | bfloat16 | int8 (weight-only, per-column scales); default: the "
+                    "model dtype.")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
 flags.DEFINE_boolean("warmup", True, "Compile the stages with a 2-token run first, so tokens/s "
@@ -112,6 +118,14 @@ def _validate() -> None:
     raise UsageError(f"--min-p={f['min-p'].value} must be in [0, 1]")
   if f["top-k"].value < 0:
     raise UsageError(f"--top-k={f['top-k'].value} must be >= 0")
+  from infernix_jax.models import unrolled
+  if f.layout not in unrolled.LAYOUTS:
+    raise UsageError(f"--layout={f.layout!r} must be one of {', '.join(unrolled.LAYOUTS)}")
+  if f.weights is not None and f.weights not in unrolled.WEIGHT_DTYPES:
+    raise UsageError(f"--weights={f.weights!r} must be one of "
+                     f"{', '.join(unrolled.WEIGHT_DTYPES)}")
+  if f.weights is not None and f.layout != "unrolled":
+    raise UsageError(f"--weights={f.weights} needs --layout=unrolled")
   if f.bridge not in ("stages", "callback"):
     raise UsageError(f"--bridge={f.bridge!r} must be stages or callback")
   if f.unconstrained and _constraint_flags_given():
@@ -163,15 +177,16 @@ def _jump_forward() -> bool:
 def _load(path):
   from infernix_jax import models as im
   dtype = FLAGS.dtype
+  arrange = dict(layout=FLAGS.layout, weights=FLAGS.weights)
   if path is None:
-    return im.load_default(dtype=dtype)
+    return im.load_default(dtype=dtype, **arrange)
   p = Path(path)
   if p.is_dir():
     if (p / "infernix_model.json").exists():
-      return im.load_checkpoint(p)
-    return im.load_hf_dir(p, dtype=dtype)
+      return im.load_checkpoint(p, **arrange)
+    return im.load_hf_dir(p, dtype=dtype, **arrange)
   if p.is_file() and p.suffix == ".gguf":
-    return im.load_gguf(p, dtype=dtype)
+    return im.load_gguf(p, dtype=dtype, **arrange)
   raise FileNotFoundError(f"--model={path}: expected an HF directory or a .gguf file")
 
 
@@ -404,6 +419,8 @@ def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
       "model": str(f.model) if f.model is not None else None,
       "model_path": str(source),
       "dtype": f.dtype,
+      "layout": f.layout,
+      "weights": f.weights,
       "seed": f.seed,
       "versions": versions,
   }

@@ -85,6 +85,8 @@ class Engine:
                                    dstate=dstate)
     self._params = None  # (generation, SamplingParams, seeds): rebuilt when lanes change
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
+    # Set to a `_round.Timeline` to record the spans of `stages` rounds (overlap studies).
+    self.timeline: _round.Timeline | None = None
 
   # --- public API ----------------------------------------------------------------------------
   @property
@@ -150,7 +152,7 @@ class Engine:
     t0 = time.perf_counter()
     args = self._round_args()
     if self.bridge == "stages":
-      self._dev = _round.run_stages(host, self._dev, args, self._statics())
+      self._dev = _round.run_stages(host, self._dev, args, self._statics(), self.timeline)
       self.stats["rounds"] += 1
     else:
       rounds = collections.Counter()

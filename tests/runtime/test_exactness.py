@@ -199,3 +199,28 @@ def test_device_automaton_equals_batch_fill(name, bridge):
   assert [r.finish_reason for r in host] == [r.finish_reason for r in device]
   trie_rows = [r for s, r in enumerate(device) if s % 4 < 2]
   assert all(r.constraint.mask_bytes_uploaded == 0 for r in trie_rows)  # no host masks
+
+
+@pytest.mark.parametrize("name", ["none", "jump+ngram", "dflash2"])
+def test_unrolled_layout_and_timelines_keep_greedy_tokens(name):
+  """The unrolled weight layout, and recording a round timeline (overlapped or serial),
+  leave ordinary greedy's tokens unchanged."""
+  from flax import nnx
+  from infernix_jax.models import unrolled
+  from infernix_jax.runtime import Timeline
+  cfg, model = h.tiny_model()
+  fast = unrolled.unroll(nnx.merge(*nnx.split(model)))
+  eng = Engine(fast, h.toy_vocab(), VARIANTS[name], lanes=4, capacity=32)
+  cases = [(p, c) for p in range(len(PROMPTS)) for c in (None, BACKENDS[0])]
+  for serial in (None, False, True):
+    eng.timeline = None if serial is None else Timeline(serial=serial)
+    requests = [GenerationRequest(PROMPTS[p], max_tokens=6,
+                                  constraint=SPEC.with_backend(c) if c else None)
+                for p, c in cases]
+    for (p, c), r in zip(cases, run(eng, requests)):
+      [want] = exact(p, 6, 0.0, c is not None)
+      assert tuple(r.token_ids) == want, (name, p, c, serial)
+    if serial is not None:
+      names = {span[1] for span in eng.timeline.spans}
+      assert {"begin", "dispatch:verify", "lookahead", "dispatch:finish", "commit"} <= names
+      assert eng.timeline.round >= 1

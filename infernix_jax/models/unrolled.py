@@ -1,0 +1,180 @@
+"""Per-layer weight layout for memory-bound decoding, with optional reduced-precision storage.
+
+The stacked layout (`transformer.DecoderLayers`) keeps every parameter as one [L, ...] array
+and runs the layers in a `lax.scan`: compile time does not grow with depth, and sharding
+rules see one array per name. On the XLA CPU backend each scan step copies its slice of
+the stacked weights before the product, so a decode step streams every weight three times;
+static slices of a stacked array are copied too. Decoding a small batch is bound by weight
+bandwidth, so this layout stores each layer's matrices as their own arrays, fuses the
+projections that read the same input ("qkv" = [q | k | v] [D, (N + 2G)H], "gate_up" =
+[gate | up] [D, 2F]) and runs the layers in a Python loop (the graph grows with depth:
+compile time is L times one layer's).
+
+Weight storage (`weights`): "float32" (default: the model dtype), "bfloat16" (half the bytes)
+or "int8" (a quarter; symmetric per-output-column scales, f32). Matrices are converted to
+the activation dtype inside the product and accumulate in it; norms, biases and the
+embedding keep the model dtype.
+
+Axis letters (docs/CONTRACTS.md): L layers, D width, N/G query/kv heads, H head dim, F MLP.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from infernix_jax.models import transformer as _transformer
+from infernix_jax.models.config import ModelConfig
+
+WEIGHT_DTYPES = ("float32", "bfloat16", "int8")
+LAYOUTS = ("stacked", "unrolled")
+_FUSED = {"qkv": ("q", "k", "v"), "qkv_bias": ("q_bias", "k_bias", "v_bias"),
+          "gate_up": ("gate", "up")}
+_MATRICES = ("qkv", "o", "gate_up", "down")  # stored in the `weights` dtype
+
+
+def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Symmetric per-output-column int8: w [in, out] ~ q * scale -> (i8[in, out], f32[out])."""
+  w = np.asarray(w, np.float32)
+  scale = np.abs(w).max(axis=0) / 127.0
+  scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+  return np.clip(np.rint(w / scale), -127, 127).astype(np.int8), scale
+
+
+class FusedLayer(nnx.Module):
+  """One decoder layer's parameters in the unrolled layout (see the module docstring)."""
+
+  def __init__(self, cfg: ModelConfig, params: Mapping[str, np.ndarray], weights: str):
+    dtype = cfg.jnp_dtype
+    fused = dict(params)
+    for name, parts in _FUSED.items():
+      if all(p in fused for p in parts):
+        fused[name] = np.concatenate([np.asarray(fused.pop(p)) for p in parts], axis=-1)
+    self.names = tuple(sorted(fused))
+    for name in self.names:
+      value = np.asarray(fused[name], np.float32)
+      if name in _MATRICES and weights == "int8":
+        value, scale = quantize_int8(value)
+        setattr(self, name + "_scale", nnx.Param(jnp.asarray(scale)))
+        setattr(self, name, nnx.Param(jnp.asarray(value)))
+      elif name in _MATRICES and weights == "bfloat16":
+        setattr(self, name, nnx.Param(jnp.asarray(value, jnp.bfloat16)))
+      else:
+        setattr(self, name, nnx.Param(jnp.asarray(value, dtype)))
+    if weights == "int8":
+      self.names += tuple(n + "_scale" for n in _MATRICES)
+
+  def params(self) -> dict[str, jax.Array]:
+    """This layer's arrays by name (fused names, plus "<matrix>_scale" for int8)."""
+    return {name: getattr(self, name)[...] for name in self.names}
+
+
+class UnrolledLayers(nnx.Module):
+  """L `FusedLayer`s run one after the other (same interface as `DecoderLayers`)."""
+
+  def __init__(self, cfg: ModelConfig, stacked: Mapping[str, jax.Array],
+               weights: str = "float32"):
+    """Builds the layers from stacked parameters ([L, ...] per name, `DecoderLayers.params()`)."""
+    if weights not in WEIGHT_DTYPES:
+      raise ValueError(f"weights={weights!r} must be one of {WEIGHT_DTYPES}")
+    self.weights = weights
+    host = {name: np.asarray(value) for name, value in stacked.items()}
+    num_layers = next(iter(host.values())).shape[0]
+    self.layers = nnx.List([FusedLayer(cfg, {n: v[i] for n, v in host.items()}, weights)
+                            for i in range(num_layers)])
+
+  def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False):
+    """`transformer.cached_layers` semantics; per-layer outputs come as a tuple of [B, T, D]."""
+    rows, positions, cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k, starts)
+    outputs = []
+    for index, layer in enumerate(self.layers):
+      x, cache_k, cache_v = _transformer.decoder_layer(
+          cfg, layer.params(), x, cache_k, cache_v, index, rows, positions, cos, sin, mask)
+      outputs.append(x)
+    return (x, cache_k, cache_v, tuple(outputs)) if collect else (x, cache_k, cache_v)
+
+  def stacked_params(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """The stacked layout's arrays ([L, ...] per `_layers.layer_param_shapes` name), f32 host
+    copies (int8 and bf16 weights come back dequantized)."""
+    per_layer = []
+    for layer in self.layers:
+      p = {n: np.asarray(v, np.float32) for n, v in layer.params().items()}
+      for name in _MATRICES:
+        if name + "_scale" in p:
+          p[name] = p[name] * p.pop(name + "_scale")
+      widths = {"qkv": (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads),
+                "qkv_bias": (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)}
+      for name, parts in _FUSED.items():
+        if name not in p:
+          continue
+        value = p.pop(name)
+        if name == "gate_up":
+          sizes = (cfg.ffn_dim, cfg.ffn_dim)
+        else:
+          sizes = tuple(h * cfg.head_dim for h in widths[name])
+        bounds = np.cumsum(sizes)[:-1]
+        for part, piece in zip(parts, np.split(value, bounds, axis=-1)):
+          p[part] = piece
+      per_layer.append(p)
+    return {name: np.stack([p[name] for p in per_layer]) for name in per_layer[0]}
+
+
+def layout_of(model) -> str:
+  """"stacked" or "unrolled": how `model`'s decoder layers are stored."""
+  return "unrolled" if isinstance(model.layers, UnrolledLayers) else "stacked"
+
+
+def weights_of(model) -> str:
+  """Storage dtype of the layer matrices: the model dtype, or "bfloat16"/"int8"."""
+  return model.layers.weights if isinstance(model.layers, UnrolledLayers) else model.cfg.dtype
+
+
+def unroll(model, weights: str | None = None):
+  """Switches `model` to the unrolled layout in place and returns it.
+
+  Args:
+    model: a `Transformer` (either layout).
+    weights: storage dtype of the layer matrices ("float32", "bfloat16", "int8"); None keeps
+      the current one (the model dtype for a stacked model).
+
+  The stacked arrays are dropped from the model (callers holding an earlier `nnx.split`
+  state keep theirs alive).
+  """
+  weights = weights or weights_of(model)
+  if layout_of(model) == "unrolled":
+    if weights == model.layers.weights:
+      return model
+    stacked = model.layers.stacked_params(model.cfg)
+  else:
+    stacked = model.layers.params()
+  model.layers = UnrolledLayers(model.cfg, stacked, weights)
+  return model
+
+
+def stack(model):
+  """Switches `model` back to the stacked layout in place (training, sharding, checkpoints)."""
+  if layout_of(model) == "stacked":
+    return model
+  stacked = model.layers.stacked_params(model.cfg)
+  layers = nnx.eval_shape(lambda: _transformer.DecoderLayers(model.cfg, model.cfg.num_layers,
+                                                             rngs=nnx.Rngs(0)))
+  for name in layers.names:
+    setattr(layers, name, nnx.Param(jnp.asarray(stacked[name], model.cfg.jnp_dtype)))
+  model.layers = layers
+  return model
+
+
+def relayout(model, layout: str = "unrolled", weights: str | None = None):
+  """`unroll(model, weights)` or `stack(model)` by name, with argument checks."""
+  if layout not in LAYOUTS:
+    raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+  if layout == "stacked":
+    if weights not in (None, model.cfg.dtype):
+      raise ValueError(f"weights={weights!r} needs layout='unrolled' (the stacked layout "
+                       f"stores the model dtype {model.cfg.dtype})")
+    return stack(model)
+  return unroll(model, weights)
