@@ -75,24 +75,28 @@ def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DE
   return last_logits, hidden[:, :t], cache
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def decode(graphdef, state, cache: KVCache, tokens):
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("span",),
+                   donate_argnums=(2,))
+def decode(graphdef, state, cache: KVCache, tokens, span: int | None = None):
   """Appends one token per row and commits it.
 
   Args:
     tokens: i32[B], written at position cache.lengths[b].
+    span: attend over the first `span` cache positions only (every row's length + 1 must
+      fit); None: the whole capacity. Static: one compile per value.
 
   Returns:
     (logits f32[B, Vm], hidden [B, D], cache with lengths + 1).
   """
   model = nnx.merge(graphdef, state)
-  hidden, cache = model(tokens[:, None], cache)  # [B, 1, D]
+  hidden, cache = model(tokens[:, None], cache, span=span)  # [B, 1, D]
   return model.logits(hidden[:, 0]), hidden[:, 0], cache.with_lengths(cache.lengths + 1)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps",),
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps", "span"),
                    donate_argnums=(2,))
-def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None = None):
+def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None = None,
+           span: int | None = None):
   """Scores P tokens per row ([anchor, d1..dK]) at each row's own offset.
 
   Keys/values are written at positions lengths[b] .. lengths[b] + P - 1 but lengths stay
@@ -101,6 +105,8 @@ def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None
   Args:
     tokens: i32[B, P].
     taps: layers whose outputs form `hidden` (drafter features); None: the last layer.
+    span: attend over the first `span` cache positions only (every row's length + P must
+      fit); None: the whole capacity. Static: one compile per value.
 
   Returns:
     (logits f32[B, P, Vm], hidden [B, P, D] (D * len(taps) with taps) before the final
@@ -108,9 +114,9 @@ def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None
   """
   model = nnx.merge(graphdef, state)
   if taps is None:
-    hidden, cache = model(tokens, cache)
+    hidden, cache = model(tokens, cache, span=span)
     return model.logits(hidden), hidden, cache
-  both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1))
+  both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1), span=span)
   d = model.cfg.dim
   return model.logits(both[..., -d:]), both[..., :-d], cache
 

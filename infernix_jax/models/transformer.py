@@ -43,9 +43,11 @@ class DecoderLayers(nnx.Module):
     """Parameter arrays by name, each [L, ...]."""
     return {name: getattr(self, name)[...] for name in self.names}
 
-  def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False):
+  def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
+          span: int | None = None):
     """`cached_layers` over these layers (same arguments and results)."""
-    return cached_layers(cfg, self.params(), x, cache_k, cache_v, starts, collect=collect)
+    return cached_layers(cfg, self.params(), x, cache_k, cache_v, starts, collect=collect,
+                         span=span)
 
 
 def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
@@ -63,7 +65,8 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, ck: jax.Array, cv: jax.Arra
     x: activations [B, T, D].
     ck, cv: the cache [L, B, S, G, H]; this layer's entries at (rows, positions) are set.
     layer: the layer index (traced in a scan, a Python int when unrolled).
-    rows: i32[B, 1]; positions: i32[B, T]; cos, sin: rope tables; mask: bool [B, T, S].
+    rows: i32[B, 1]; positions: i32[B, T]; cos, sin: rope tables; mask: bool [B, T, S'].
+      Attention reads the first S' = mask.shape[-1] <= S cache positions only.
 
   Returns:
     (x [B, T, D], ck, cv).
@@ -73,23 +76,27 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, ck: jax.Array, cv: jax.Arra
   # In-place scatter into the carried cache: donated buffers are updated, not copied.
   ck = ck.at[layer, rows, positions].set(k.astype(ck.dtype), mode="drop")
   cv = cv.at[layer, rows, positions].set(v.astype(cv.dtype), mode="drop")
-  o = _layers.attention(q, ck[layer].astype(q.dtype), cv[layer].astype(q.dtype), mask)
+  span = mask.shape[-1]
+  o = _layers.attention(q, ck[layer, :, :span].astype(q.dtype),
+                        cv[layer, :, :span].astype(q.dtype), mask)
   x = x + _layers.attn_out(cfg, p, o)
   return x + _layers.mlp(cfg, p, x), ck, cv
 
 
-def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array):
-  """What every layer shares: (rows i32[B, 1], positions i32[B, T], cos, sin, mask)."""
+def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array,
+                 span: int | None = None):
+  """What every layer shares: (rows i32[B, 1], positions i32[B, T], cos, sin, mask [B, T, S'])
+  with S' = span (default: the capacity S)."""
   b, t, _ = x.shape
   positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
   cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
-  mask = causal_mask(starts, t, cache_k.shape[2])  # [B, T, S]
+  mask = causal_mask(starts, t, min(span or cache_k.shape[2], cache_k.shape[2]))
   return jnp.arange(b, dtype=jnp.int32)[:, None], positions, cos, sin, mask
 
 
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
                   cache_k: jax.Array, cache_v: jax.Array, starts: jax.Array,
-                  collect: bool = False):
+                  collect: bool = False, span: int | None = None):
   """Runs stacked causal layers (one `lax.scan`) over T new tokens at each row's offset.
 
   Args:
@@ -101,12 +108,14 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
     cache_v: values, same layout.
     starts: first position of each row's new tokens, i32[B].
     collect: also return every layer's output (for feature taps).
+    span: attend over the first `span` cache positions only (static; every row's
+      starts[b] + T must be <= span); None: the whole capacity.
 
   Returns:
     (output activations [B, T, D], cache_k, cache_v), plus the per-layer outputs
     [L, B, T, D] when `collect`.
   """
-  rows, positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts)
+  rows, positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts, span)
 
   def body(carry, xs):
     p, layer = xs
@@ -151,7 +160,8 @@ class Transformer(nnx.Module):
                       preferred_element_type=jnp.float32)
 
   def __call__(self, tokens: jax.Array, cache: KVCache,
-               taps: tuple[int, ...] | None = None) -> tuple[jax.Array, KVCache]:
+               taps: tuple[int, ...] | None = None,
+               span: int | None = None) -> tuple[jax.Array, KVCache]:
     """Runs tokens [B, T] at positions cache.lengths[b] + t and writes their keys/values.
 
     Args:
@@ -159,6 +169,8 @@ class Transformer(nnx.Module):
       cache: the KV cache; entries are written, lengths are left unchanged.
       taps: layers whose outputs to return as features (e.g. (1, L // 2, L - 1) for
         DFlash/EAGLE-3-style drafters); None returns the last layer's output.
+      span: static; attention reads only the first `span` cache positions (every row's
+        length + T must fit in it); None: the whole capacity.
 
     Returns:
       (hidden [B, T, D * max(1, len(taps))] before the final norm, cache with new entries
@@ -166,7 +178,7 @@ class Transformer(nnx.Module):
     """
     x = self.embed_tokens(tokens)
     out = self.layers.run(self.cfg, x, cache.k, cache.v, cache.lengths,
-                          collect=taps is not None)
+                          collect=taps is not None, span=span)
     x, k, v = out[:3]
     if taps is not None:
       for t in taps:

@@ -87,9 +87,10 @@ class UnrolledLayers(nnx.Module):
     self.layers = nnx.List([FusedLayer(cfg, {n: v[i] for n, v in host.items()}, weights)
                             for i in range(num_layers)])
 
-  def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False):
+  def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
+          span: int | None = None):
     """`transformer.cached_layers` semantics; per-layer outputs come as a tuple of [B, T, D]."""
-    rows, positions, cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k, starts)
+    rows, positions, cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k, starts, span)
     outputs = []
     for index, layer in enumerate(self.layers):
       x, cache_k, cache_v = _transformer.decoder_layer(

@@ -6,10 +6,11 @@ If a dependency's API drifts from docs/CONTRACTS.md, only this file changes.
 from __future__ import annotations
 
 
-def verify(graphdef, state, cache, tokens):
-  """Target verify over tokens [B, P] at each row's cache length -> (logits, hidden, cache)."""
+def verify(graphdef, state, cache, tokens, span=None):
+  """Target verify over tokens [B, P] at each row's cache length, attending over the first
+  `span` cache positions (None: all) -> (logits, hidden, cache)."""
   from infernix_jax import models as im
-  return im.verify(graphdef, state, cache, tokens)
+  return im.verify(graphdef, state, cache, tokens, span=span)
 
 
 def prefill(graphdef, state, cache, tokens, lengths):

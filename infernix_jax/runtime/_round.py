@@ -101,12 +101,22 @@ def propose_step(drafter, dparams, dstate, inp):
   return drafter.propose(dparams, dstate, inp)
 
 
-def verify_step(graphdef, state, cache, lengths, anchor, drafts):
+def verify_step(graphdef, state, cache, lengths, anchor, drafts, span=None):
   """The target over [anchor, drafts] at each lane's committed length -> (logits [B, P, Vm],
-  hidden [B, P, D], cache)."""
+  hidden [B, P, D], cache); attention reads the first `span` cache positions (None: all)."""
   cache = cache.with_lengths(lengths)
   tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
-  return _deps.verify(graphdef, state, cache, tokens)
+  return _deps.verify(graphdef, state, cache, tokens, span=span)
+
+
+SPAN_STEP = 512  # attention spans are multiples of this (few compiles, short attention)
+
+
+def attention_span(lengths, p: int, capacity: int) -> int | None:
+  """The cache positions a verify must attend over: max(lengths) + P rounded up to a multiple
+  of SPAN_STEP; None (the whole capacity) when that reaches it."""
+  need = -(-(int(np.max(lengths)) + p) // SPAN_STEP) * SPAN_STEP
+  return None if need >= capacity else need
 
 
 def finish_step(logits, mask, states, enabled, prop, params, seed, position, *, vocab_size,
@@ -154,7 +164,8 @@ def clear_step(drafter, cache, dstate, rows):
 _JIT = {
     propose_step: jax.jit(propose_step, static_argnames=("drafter",),
                           donate_argnames=("dstate",)),
-    verify_step: jax.jit(verify_step, static_argnames=("graphdef",), donate_argnames=("cache",)),
+    verify_step: jax.jit(verify_step, static_argnames=("graphdef", "span"),
+                         donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q")),
     automaton_step: jax.jit(automaton_step),
     advance_step: jax.jit(advance_step, static_argnames=("drafter",),
@@ -175,7 +186,8 @@ def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
   else:
     prop = Proposal(inp.drafts, inp.n, OneHotQ())
   logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache,
-                                    inp.draft.lengths, inp.draft.anchor, prop.drafts)
+                                    inp.draft.lengths, inp.draft.anchor, prop.drafts,
+                                    span=io.span(inp.draft.lengths, drafter.k + 1, dev.cache))
   mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
@@ -245,6 +257,10 @@ class StagesIO:
   def __init__(self, steps: HostSteps, timeline: Timeline | None = None):
     self.steps, self.timeline = steps, timeline
 
+  def span(self, lengths, p, cache):
+    """Host lengths are known: attend over a bucketed span, not the whole capacity."""
+    return attention_span(lengths, p, cache.capacity)
+
   def host(self, name, *args):
     tl = self.timeline
     if tl is None:
@@ -305,6 +321,9 @@ class CallbackIO:
 
   def __init__(self, steps: HostSteps, shapes: dict):
     self.steps, self.shapes = steps, shapes
+
+  def span(self, lengths, p, cache):
+    return None  # traced lengths: one compiled loop attends over the whole capacity
 
   def host(self, name, *args):
     return io_callback(getattr(self.steps, name), self.shapes[name], *args)

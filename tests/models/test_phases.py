@@ -138,3 +138,20 @@ def test_feature_taps(split):
   np.testing.assert_allclose(t_hidden[..., :CFG.dim], hidden, atol=ATOL)
   with pytest.raises(ValueError, match="tap 2"):
     im.verify(graphdef, state, cache, drafts, taps=(2,))
+
+
+def test_attention_span_equals_whole_capacity(split):
+  """Attending over the first `span` positions gives the full-capacity results whenever every
+  row's positions fit in the span."""
+  graphdef, state = split
+  seq = _tokens(2, 12, seed=4)
+  lengths = np.array([5, 8], np.int32)
+  outs = []
+  for span in (None, 12):
+    cache = im.KVCache.init(CFG, batch=2, capacity=24)
+    _, _, cache = im.prefill(graphdef, state, cache, seq[:, :8], lengths)
+    v_logits, _, cache = im.verify(graphdef, state, cache, seq[:, 8:11], span=span)
+    d_logits, _, cache = im.decode(graphdef, state, cache, jnp.asarray(seq[:, 11]), span=span)
+    outs.append((np.asarray(v_logits), np.asarray(d_logits)))
+  for want, got in zip(*outs):
+    np.testing.assert_allclose(got, want, atol=ATOL)

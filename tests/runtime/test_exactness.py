@@ -202,12 +202,16 @@ def test_device_automaton_equals_batch_fill(name, bridge):
 
 
 @pytest.mark.parametrize("name", ["none", "jump+ngram", "dflash2"])
-def test_unrolled_layout_and_timelines_keep_greedy_tokens(name):
-  """The unrolled weight layout, and recording a round timeline (overlapped or serial),
-  leave ordinary greedy's tokens unchanged."""
+def test_unrolled_layout_spans_and_timelines_keep_greedy_tokens(name, monkeypatch):
+  """The unrolled weight layout, attention over bucketed spans of the cache (steps of 8
+  here, so rounds cross span boundaries), and recording a round timeline (overlapped or
+  serial) leave ordinary greedy's tokens unchanged."""
   from flax import nnx
   from infernix_jax.models import unrolled
-  from infernix_jax.runtime import Timeline
+  from infernix_jax.runtime import Timeline, _round
+  monkeypatch.setattr(_round, "SPAN_STEP", 8)
+  assert _round.attention_span([3, 9], 4, 32) == 16
+  assert _round.attention_span([3, 29], 4, 32) is None
   cfg, model = h.tiny_model()
   fast = unrolled.unroll(nnx.merge(*nnx.split(model)))
   eng = Engine(fast, h.toy_vocab(), VARIANTS[name], lanes=4, capacity=32)
