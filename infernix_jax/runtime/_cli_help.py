@@ -19,7 +19,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "bridge")),
     ("sampling", ("temperature", "top-k", "top-p", "min-p", "seed", "presence-penalty",
                   "frequency-penalty", "max-tokens")),
-    ("output", ("json-out", "stream", "warmup")),
+    ("output", ("json-out", "stream", "warmup", "compile-cache")),
 )
 
 _WIDTH = 88

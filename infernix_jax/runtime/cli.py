@@ -86,8 +86,11 @@ flags.DEFINE_string("weights", None, "Storage of the layer matrices with --layou
                     "model dtype.")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
-flags.DEFINE_boolean("warmup", True, "Compile the stages with a 2-token run first, so tokens/s "
-                     "measures decoding, not compilation.")
+flags.DEFINE_boolean("warmup", True, "Compile the stages with 2-token runs first (free and "
+                     "constrained), so tokens/s measures decoding, not compilation.")
+flags.DEFINE_string("compile-cache", None, "Directory of JAX's persistent compilation cache "
+                    "(default: $INFERNIX_JAX_COMPILE_CACHE or ~/.cache/infernix_jax/xla; "
+                    "'' disables it).")
 
 
 class UsageError(ValueError):
@@ -314,8 +317,11 @@ def generate() -> dict:
   from infernix_jax.runtime.engine import Engine
   from infernix_jax.runtime.types import GenerationRequest
 
+  from infernix_jax.runtime import compile_cache
+
   f = FLAGS
   constraint, source, vocab, compiler, tools = _prepare()
+  compile_cache.enable(f["compile-cache"].value)
   demo = _demo()
   jump = _jump_forward()
   sampling = _sampling()
@@ -348,6 +354,9 @@ def generate() -> dict:
   if f.warmup:
     with _phase("warming up"):
       engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
+      if constraint is not None:  # the constrained round compiles Finish with a mask
+        engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2, constraint=constraint,
+                                           backend=None if f.backend == "auto" else f.backend)])
   request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
                               sampling=sampling, constraint=constraint,
                               tools=tools, tool_choice=f["tool-choice"].value if tools else None,

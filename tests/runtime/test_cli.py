@@ -178,3 +178,13 @@ def test_k0_with_a_drafting_drafter_fails_before_loading(capsys, no_model_load):
 def test_missing_tools_file_fails_before_loading(capsys, no_model_load):
   assert run_cli(["generate", "--tools-file=/nonexistent/tools.json", "--prompt=x"]) == 2
   assert_one_error(capsys, "--tools-file=/nonexistent/tools.json: no such file")
+
+
+@pytest.mark.parametrize("args,parts", [
+    (["--layout=diagonal"], ("--layout='diagonal'", "unrolled")),
+    (["--weights=fp4"], ("--weights='fp4'", "int8")),
+    (["--layout=stacked", "--weights=int8"], ("--weights=int8 needs --layout=unrolled",)),
+])
+def test_layout_and_weights_flags_fail_before_loading(args, parts, capsys, no_model_load):
+  assert run_cli(["generate", *args]) == 2
+  assert_one_error(capsys, *parts)
