@@ -47,7 +47,8 @@ class RoundHost:
     self.lengths = np.zeros((b,), np.int32)  # committed KV length per lane
     self.anchor = np.zeros((b,), np.int32)  # last committed token, not yet in the cache
     self.limit = np.zeros((b,), np.int32)  # drafts each lane may take this round
-    self.mask_buf = np.zeros((b, self.p, self.w), np.int32)  # [B, P, W], filled in place
+    # [B, P', W] per verified width P' (K + 1, or 1 in rounds nobody drafted), filled in place
+    self.mask_bufs: dict[int, np.ndarray] = {}
     self.eos = frozenset(int(e) for e in vocab.eos_ids)
     from infernix_jax.pallas import FLAG_DEAD_END, FLAG_EMPTY, FLAG_NONFINITE
     self.dead_bit, self.nonfinite_bit, self.empty_bit = FLAG_DEAD_END, FLAG_NONFINITE, FLAG_EMPTY
@@ -207,28 +208,33 @@ class RoundHost:
     """Lookahead masks of every constrained lane, one batch fill per backend.
 
     Args:
-      drafts: i32[B, K] as verified by Forward; n_drafts: i32[B].
+      drafts: i32[B, K'] as verified by Forward (K' = K, or 0 in a round nobody drafted);
+        n_drafts: i32[B].
 
     Returns:
-      (mask i32[B, P, W] (the preallocated buffer), states int8[B, P], enabled bool[B]).
-      Unconstrained lanes are disabled (their rows are not filled and never read).
+      (mask i32[B, P', W] (a preallocated buffer), states int8[B, P'], enabled bool[B]),
+      P' = K' + 1. Unconstrained lanes are disabled (their rows are not filled, never read).
     """
     from infernix_jax import constrain as ic
     t0 = time.perf_counter()
     drafts = np.ascontiguousarray(drafts, np.int32)
-    n_drafts = np.minimum(np.asarray(n_drafts, np.int32), self.k)
+    p = drafts.shape[1] + 1
+    n_drafts = np.minimum(np.asarray(n_drafts, np.int32), p - 1)
+    buf = self.mask_bufs.get(p)
+    if buf is None:
+      buf = self.mask_bufs[p] = np.zeros((self.b, p, self.w), np.int32)
     sessions = [lane.session if self.host_masked(lane) else None for lane in self.lanes]
     try:
-      states, enabled = ic.fill_batch(sessions, drafts, n_drafts, self.mask_buf)
+      states, enabled = ic.fill_batch(sessions, drafts, n_drafts, buf)
     except Exception:  # noqa: BLE001 (find the failing rows; the others fill normally)
-      states = np.full((self.b, self.p), mask_layout.UNREACHABLE, np.int8)
+      states = np.full((self.b, p), mask_layout.UNREACHABLE, np.int8)
       for i, s in enumerate(sessions):
         if s is None:
           continue
         n = int(n_drafts[i])
         try:
-          states[i, :n + 1] = s.lookahead(drafts[i, :n].copy(), out=self.mask_buf[i, :n + 1])
-          self.mask_buf[i, n + 1:] = 0
+          states[i, :n + 1] = s.lookahead(drafts[i, :n].copy(), out=buf[i, :n + 1])
+          buf[i, n + 1:] = 0
         except Exception as e:  # noqa: BLE001
           self._fail(i, self.lanes[i], "lookahead", e)
           sessions[i] = None
@@ -238,11 +244,11 @@ class RoundHost:
     for i in rows:
       report = self.lanes[i].report
       report.mask_positions += int(np.count_nonzero(states[i] != mask_layout.UNREACHABLE))
-      report.mask_bytes_uploaded += self.p * self.w * 4  # this lane's row of the upload
+      report.mask_bytes_uploaded += p * self.w * 4  # this lane's row of the upload
       report.lookahead_seconds += seconds / len(rows)
-    self.stats["mask_bytes_uploaded"] += self.mask_buf.nbytes
+    self.stats["mask_bytes_uploaded"] += buf.nbytes
     self.stats["mask_seconds"] += seconds
-    return self.mask_buf, states, enabled
+    return buf, states, enabled
 
   # --- step 3: commit ------------------------------------------------------------------------
   def commit(self, accepted, tokens, flags, n_drafts) -> tuple[Committed, np.ndarray]:

@@ -184,10 +184,11 @@ def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
   if drafter.on_device:
     prop, dstate = io.device(propose_step, drafter, args.dparams, dstate, inp.draft)
   else:
-    prop = Proposal(inp.drafts, inp.n, OneHotQ())
+    prop = io.narrow(Proposal(inp.drafts, inp.n, OneHotQ()))
   logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache,
                                     inp.draft.lengths, inp.draft.anchor, prop.drafts,
-                                    span=io.span(inp.draft.lengths, drafter.k + 1, dev.cache))
+                                    span=io.span(inp.draft.lengths, prop.drafts.shape[1] + 1,
+                                                 dev.cache))
   mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
@@ -261,6 +262,14 @@ class StagesIO:
     """Host lengths are known: attend over a bucketed span, not the whole capacity."""
     return attention_span(lengths, p, cache.capacity)
 
+  def narrow(self, prop):
+    """A host proposal in which no lane drafted verifies only the anchors (P = 1): a plain
+    decode step instead of K + 1 positions per lane."""
+    if prop.drafts.shape[1] and not np.any(prop.n):
+      self.steps.host.stats["anchor_only_rounds"] += 1
+      return dataclasses.replace(prop, drafts=prop.drafts[:, :0])
+    return prop
+
   def host(self, name, *args):
     tl = self.timeline
     if tl is None:
@@ -324,6 +333,9 @@ class CallbackIO:
 
   def span(self, lengths, p, cache):
     return None  # traced lengths: one compiled loop attends over the whole capacity
+
+  def narrow(self, prop):
+    return prop  # traced shapes: the compiled loop always verifies K + 1 positions
 
   def host(self, name, *args):
     return io_callback(getattr(self.steps, name), self.shapes[name], *args)
