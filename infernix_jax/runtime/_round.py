@@ -93,6 +93,7 @@ class RoundStatics:
   lanes: int
   words: int  # W
   device_automaton: bool = False  # trie lanes take their masks from the device automaton
+  placement: Any = None  # _placement.Placement of a mesh: where stages put host inputs
 
 
 # --- device steps (pure; jitted one by one by StagesIO, inlined by CallbackIO) --------------
@@ -220,13 +221,15 @@ class HostSteps:
 class StagesIO:
   """Executes the round in Python: host steps directly, device steps as jitted stages."""
 
-  def __init__(self, steps: HostSteps):
-    self.steps = steps
+  def __init__(self, steps: HostSteps, placement=None):
+    self.steps, self.placement = steps, placement
 
   def host(self, name, *args):
     return getattr(self.steps, name)(*jax.device_get(args))
 
   def device(self, fn, *args, **static):
+    if self.placement is not None:  # host arrays [B, ...] go to the mesh with lanes on "data"
+      args = self.placement.rows(args)
     return _JIT[fn](*args, **static)
 
   def masks(self, constrained, drafts, n):
@@ -236,17 +239,19 @@ class StagesIO:
     drafts, n = jax.device_get((drafts, n))  # waits for the proposal only, not the verify
     self.steps.host.stats["draft_wait_seconds"] += time.perf_counter() - t0
     mask, states, enabled = self.steps.masks(drafts, n)
+    if self.placement is not None:
+      return self.placement.rows((mask, states, enabled))
     return jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
 
   def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
     if not np.asarray(rows).any():
       return mask, states, enabled
-    return _JIT[automaton_step](auto, nodes, rows, drafts, n, mask, states, enabled)
+    return self.device(automaton_step, auto, nodes, rows, drafts, n, mask, states, enabled)
 
   def when(self, rows, fn, drafter, cache, dstate):
     if not np.asarray(rows).any():
       return cache, dstate
-    return _JIT[fn](drafter, cache, dstate, jnp.asarray(rows))
+    return self.device(fn, drafter, cache, dstate, np.asarray(rows))
 
 
 class CallbackIO:
@@ -320,7 +325,7 @@ def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics) -> Dev
   """One round on the `stages` bridge."""
   steps = HostSteps()
   steps.host, steps.seed = host, np.asarray(args.seed)
-  dev, _ = run_round(StagesIO(steps), dev, args, None, st)
+  dev, _ = run_round(StagesIO(steps, st.placement), dev, args, None, st)
   return dev
 
 

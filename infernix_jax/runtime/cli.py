@@ -78,6 +78,10 @@ flags.DEFINE_boolean("device-automaton", False, "Choice constraints compiled by 
 flags.DEFINE_string("backend", "auto", "Constraint backend by registered name (--help lists "
                     "them); auto: choice sets above the trie threshold -> trie, else xgrammar.")
 flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
+flags.DEFINE_string("mesh", None, "Shard the model over a device mesh, e.g. tp=2,dp=2: tp "
+                    "devices split heads, MLP and vocabulary (tensor parallel), dp split the "
+                    "lanes (data parallel; the CLI decodes one lane, so dp > 1 only "
+                    "replicates); dp * tp must divide the device count (default: one device).")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
 flags.DEFINE_boolean("warmup", True, "Compile the stages with a 2-token run first, so tokens/s "
@@ -142,6 +146,23 @@ def _validate() -> None:
       raise UsageError(f"--{name}={path}: no such file")
   if f.model is not None and not Path(f.model).exists():
     raise UsageError(f"--model={f.model}: no such file or directory")
+  _mesh()
+
+
+def _mesh():
+  """The --mesh device mesh (None: one device).
+
+  Raises:
+    UsageError: the spec is malformed or does not fit the devices (the message names the part).
+  """
+  spec = FLAGS.mesh
+  if spec is None:
+    return None
+  from infernix_jax.models import sharding
+  try:
+    return sharding.parse_mesh(spec, name="--mesh")
+  except ValueError as e:
+    raise UsageError(str(e)) from None
 
 
 def _demo() -> bool:
@@ -323,7 +344,7 @@ def generate() -> dict:
   capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
   engine = Engine(model, vocab, drafter, lanes=1, capacity=capacity, bridge=f.bridge,
                   masked_q=f["masked-q"].value, cfg=cfg, compiler=compiler,
-                  device_automaton=f["device-automaton"].value)
+                  device_automaton=f["device-automaton"].value, mesh=_mesh())
 
   def stream(event):
     if f.stream and event.text:
@@ -404,6 +425,7 @@ def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
       "model": str(f.model) if f.model is not None else None,
       "model_path": str(source),
       "dtype": f.dtype,
+      "mesh": f.mesh,
       "seed": f.seed,
       "versions": versions,
   }

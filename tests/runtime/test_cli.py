@@ -33,6 +33,8 @@ def run_cli(args):
     (["generate", "--unconstrained", "--json-object"], "--unconstrained conflicts"),
     (["generate", "--json-schema-file=/nonexistent/s.json"],
      "--json-schema-file=/nonexistent/s.json: no such file"),
+    (["generate", "--mesh=tp=2,pp=2"], "--mesh='tp=2,pp=2': unknown key 'pp' in 'pp=2'"),
+    (["generate", "--mesh=tp=2"], "--mesh='tp=2': needs dp * tp = 2 devices, only 1 are"),
     (["frobnicate"], "expected the command 'generate'"),
 ])
 def test_invalid_flags_give_one_error_line(args, message, capsys):
