@@ -11,7 +11,7 @@ USAGE = "usage: infernix-jax generate [--flags]"
 
 # Every flag the CLI defines, under the heading it is listed in (tests check the cover).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("model", ("model", "dtype", "layout", "weights", "chat", "system", "prompt")),
+    ("model", ("model", "dtype", "layout", "weights", "mesh", "chat", "system", "prompt")),
     ("constraint", ("json-schema-file", "json-schema", "json-object", "grammar-file", "regex",
                     "choice", "lenient", "backend", "device-automaton", "tools-file",
                     "tool-choice", "thinking-budget", "unconstrained", "stop")),

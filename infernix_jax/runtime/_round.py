@@ -93,6 +93,7 @@ class RoundStatics:
   lanes: int
   words: int  # W
   device_automaton: bool = False  # trie lanes take their masks from the device automaton
+  placement: Any = None  # _placement.Placement of a mesh: where stages put host inputs
 
 
 # --- device steps (pure; jitted one by one by StagesIO, inlined by CallbackIO) --------------
@@ -255,8 +256,8 @@ class Timeline:
 class StagesIO:
   """Executes the round in Python: host steps directly, device steps as jitted stages."""
 
-  def __init__(self, steps: HostSteps, timeline: Timeline | None = None):
-    self.steps, self.timeline = steps, timeline
+  def __init__(self, steps: HostSteps, timeline: Timeline | None = None, placement=None):
+    self.steps, self.timeline, self.placement = steps, timeline, placement
 
   def span(self, lengths, p, cache):
     """Host lengths are known: attend over a bucketed span, not the whole capacity."""
@@ -283,6 +284,8 @@ class StagesIO:
     return out
 
   def device(self, fn, *args, **static):
+    if self.placement is not None:  # host arrays [B, ...] go to the mesh with lanes on "data"
+      args = self.placement.rows(args)
     tl = self.timeline
     if tl is None:
       return _JIT[fn](*args, **static)
@@ -307,7 +310,10 @@ class StagesIO:
     if tl is not None:
       tl.add("lookahead", t0)
     t0 = time.perf_counter()
-    out = jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
+    if self.placement is not None:
+      out = self.placement.rows((mask, states, enabled))
+    else:
+      out = jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
     if tl is not None:
       if tl.serial:
         jax.block_until_ready(out)
@@ -317,12 +323,12 @@ class StagesIO:
   def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
     if not np.asarray(rows).any():
       return mask, states, enabled
-    return _JIT[automaton_step](auto, nodes, rows, drafts, n, mask, states, enabled)
+    return self.device(automaton_step, auto, nodes, rows, drafts, n, mask, states, enabled)
 
   def when(self, rows, fn, drafter, cache, dstate):
     if not np.asarray(rows).any():
       return cache, dstate
-    return _JIT[fn](drafter, cache, dstate, jnp.asarray(rows))
+    return self.device(fn, drafter, cache, dstate, np.asarray(rows))
 
 
 class CallbackIO:
@@ -403,7 +409,7 @@ def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics,
   """One round on the `stages` bridge (spans recorded into `timeline` when given)."""
   steps = HostSteps()
   steps.host, steps.seed = host, np.asarray(args.seed)
-  dev, _ = run_round(StagesIO(steps, timeline), dev, args, None, st)
+  dev, _ = run_round(StagesIO(steps, timeline, st.placement), dev, args, None, st)
   if timeline is not None:
     jax.block_until_ready(dev)
     timeline.round += 1

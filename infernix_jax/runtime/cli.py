@@ -78,12 +78,17 @@ flags.DEFINE_boolean("device-automaton", False, "Choice constraints compiled by 
 flags.DEFINE_string("backend", "auto", "Constraint backend by registered name (--help lists "
                     "them); auto: choice sets above the trie threshold -> trie, else xgrammar.")
 flags.DEFINE_string("dtype", None, "Model dtype: float32 (default) | bfloat16.")
-flags.DEFINE_string("layout", "unrolled", "Layer weight layout: unrolled (per-layer fused "
-                    "weights; fastest single-device decoding, longer first compile) | stacked "
-                    "(one scanned array per parameter; quick compiles).")
+flags.DEFINE_string("layout", None, "Layer weight layout: unrolled (per-layer fused weights: "
+                    "fastest decoding on one device, longer first compile; default without "
+                    "--mesh) | stacked (one scanned array per parameter: quick compiles; "
+                    "default and required with --mesh).")
 flags.DEFINE_string("weights", None, "Storage of the layer matrices with --layout=unrolled: "
                     "float32 | bfloat16 | int8 (weight-only, per-column scales); default: the "
                     "model dtype.")
+flags.DEFINE_string("mesh", None, "Shard the model over a device mesh, e.g. tp=2,dp=2: tp "
+                    "devices split heads, MLP and vocabulary (tensor parallel), dp split the "
+                    "lanes (data parallel; the CLI decodes one lane, so dp > 1 only "
+                    "replicates); dp * tp must divide the device count (default: one device).")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
 flags.DEFINE_boolean("warmup", True, "Compile the stages with 2-token runs first (free and "
@@ -122,13 +127,16 @@ def _validate() -> None:
   if f["top-k"].value < 0:
     raise UsageError(f"--top-k={f['top-k'].value} must be >= 0")
   from infernix_jax.models import unrolled
-  if f.layout not in unrolled.LAYOUTS:
+  if f.layout is not None and f.layout not in unrolled.LAYOUTS:
     raise UsageError(f"--layout={f.layout!r} must be one of {', '.join(unrolled.LAYOUTS)}")
+  if f.mesh is not None and f.layout == "unrolled":
+    raise UsageError("--layout=unrolled cannot be sharded: drop it with --mesh (sharding "
+                     "rules follow the stacked layout)")
   if f.weights is not None and f.weights not in unrolled.WEIGHT_DTYPES:
     raise UsageError(f"--weights={f.weights!r} must be one of "
                      f"{', '.join(unrolled.WEIGHT_DTYPES)}")
-  if f.weights is not None and f.layout != "unrolled":
-    raise UsageError(f"--weights={f.weights} needs --layout=unrolled")
+  if f.weights is not None and _layout() != "unrolled":
+    raise UsageError(f"--weights={f.weights} needs --layout=unrolled (and no --mesh)")
   if f.bridge not in ("stages", "callback"):
     raise UsageError(f"--bridge={f.bridge!r} must be stages or callback")
   if f.unconstrained and _constraint_flags_given():
@@ -159,6 +167,23 @@ def _validate() -> None:
       raise UsageError(f"--{name}={path}: no such file")
   if f.model is not None and not Path(f.model).exists():
     raise UsageError(f"--model={f.model}: no such file or directory")
+  _mesh()
+
+
+def _mesh():
+  """The --mesh device mesh (None: one device).
+
+  Raises:
+    UsageError: the spec is malformed or does not fit the devices (the message names the part).
+  """
+  spec = FLAGS.mesh
+  if spec is None:
+    return None
+  from infernix_jax.models import sharding
+  try:
+    return sharding.parse_mesh(spec, name="--mesh")
+  except ValueError as e:
+    raise UsageError(str(e)) from None
 
 
 def _demo() -> bool:
@@ -177,10 +202,17 @@ def _jump_forward() -> bool:
   return jump
 
 
+def _layout() -> str:
+  """--layout, defaulting to unrolled on one device and stacked with --mesh."""
+  if FLAGS.layout is not None:
+    return FLAGS.layout
+  return "stacked" if FLAGS.mesh is not None else "unrolled"
+
+
 def _load(path):
   from infernix_jax import models as im
   dtype = FLAGS.dtype
-  arrange = dict(layout=FLAGS.layout, weights=FLAGS.weights)
+  arrange = dict(layout=_layout(), weights=FLAGS.weights)
   if path is None:
     return im.load_default(dtype=dtype, **arrange)
   p = Path(path)
@@ -344,7 +376,7 @@ def generate() -> dict:
   capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
   engine = Engine(model, vocab, drafter, lanes=1, capacity=capacity, bridge=f.bridge,
                   masked_q=f["masked-q"].value, cfg=cfg, compiler=compiler,
-                  device_automaton=f["device-automaton"].value)
+                  device_automaton=f["device-automaton"].value, mesh=_mesh())
 
   def stream(event):
     if f.stream and event.text:
@@ -428,8 +460,9 @@ def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
       "model": str(f.model) if f.model is not None else None,
       "model_path": str(source),
       "dtype": f.dtype,
-      "layout": f.layout,
+      "layout": _layout(),
       "weights": f.weights,
+      "mesh": f.mesh,
       "seed": f.seed,
       "versions": versions,
   }

@@ -10,13 +10,13 @@ import collections
 import time
 from typing import Any, Iterable
 
-import jax.numpy as jnp
 import numpy as np
 
 from infernix_jax import mask_layout
 from infernix_jax.runtime import _deps, _round, _thinking, stages
 from infernix_jax.runtime._host import RoundHost
 from infernix_jax.runtime._lane import Lane
+from infernix_jax.runtime._placement import Placement
 from infernix_jax.runtime._session import build_session, check_request
 from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter
 from infernix_jax.runtime.errors import CapacityError
@@ -51,12 +51,16 @@ class Engine:
     device_automaton: lanes under a trie-compiled choice take their masks from a device-
       resident automaton inside the round (no host lookahead for them); other lanes keep
       the host path. Same tokens either way.
+    mesh: a `jax.sharding.Mesh` with axes ("data", "model") (`models.sharding.parse_mesh`),
+      or None for one device. The target (stacked layout) is tensor parallel over "model",
+      its KV cache and the per-lane inputs are split over "data" where it divides B, a
+      device drafter's parameters are replicated (`_placement`). Same tokens as one device.
   """
 
   def __init__(self, model: Any, vocab: Any, drafter: Drafter | None = None, *,
                lanes: int = 4, capacity: int = 1024, bridge: str = "stages",
                masked_q: bool = True, compiler: Any = None, callback_rounds: int = 64,
-               cfg: Any = None, device_automaton: bool = False):
+               cfg: Any = None, device_automaton: bool = False, mesh: Any = None):
     if bridge not in BRIDGES:
       raise ValueError(f"bridge={bridge!r} must be one of {', '.join(BRIDGES)}")
     if lanes < 1:
@@ -68,6 +72,9 @@ class Engine:
       from flax import nnx
       self.graphdef, self.state = nnx.split(model)
       self.cfg = cfg or model.cfg
+    self.mesh = mesh
+    self._place = Placement(mesh, lanes)
+    self.state = self._place.target(self.state, self.cfg)
     self.vocab = vocab
     self.drafter = drafter or NoDrafter()
     self.k = self.drafter.k
@@ -79,10 +86,11 @@ class Engine:
                        dtype=self.cfg.jnp_dtype)
     self.device_automaton = device_automaton
     self.host = RoundHost(lanes, self.drafter, vocab, spec, device_automaton=device_automaton)
-    dparams, dstate = self.drafter.init(spec) if self.drafter.on_device else (None, None)
+    dparams, dstate = self._place.drafter(
+        *(self.drafter.init(spec) if self.drafter.on_device else (None, None)))
     self._dparams = dparams
-    self._dev = _round.DeviceState(cache=_deps.kv_cache_init(self.cfg, lanes, capacity),
-                                   dstate=dstate)
+    self._dev = _round.DeviceState(
+        cache=self._place.cache(_deps.kv_cache_init(self.cfg, lanes, capacity)), dstate=dstate)
     self._params = None  # (generation, SamplingParams, seeds): rebuilt when lanes change
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
     # Set to a `_round.Timeline` to record the spans of `stages` rounds (overlap studies).
@@ -174,7 +182,8 @@ class Engine:
     return _round.RoundStatics(graphdef=self.graphdef, drafter=self.drafter,
                                vocab_size=self.vocab.size, masked_q=self.masked_q,
                                lanes=self.b, words=mask_layout.mask_words(self.vocab.size),
-                               device_automaton=self.device_automaton)
+                               device_automaton=self.device_automaton,
+                               placement=self._place if self.mesh is not None else None)
 
   def _admit(self) -> None:
     """Prefills prompt[:-1] of every admitted lane in one batched call (other rows untouched)."""
@@ -192,9 +201,9 @@ class Engine:
         counts[b] = len(p) - 1
       start = self.host.lengths.copy()
       start[list(admitted)] = 0
-      hidden, cache = stages.append_tokens(self.graphdef, self.state,
-                                           cache.with_lengths(jnp.asarray(start)),
-                                           jnp.asarray(tokens), jnp.asarray(counts))
+      start, tokens, counts = self._place.rows((start, tokens, counts))
+      hidden, cache = stages.append_tokens(self.graphdef, self.state, cache.with_lengths(start),
+                                           tokens, counts)
     dstate = self._dev.dstate
     if self.drafter.on_device:
       dstate = self.drafter.extend(self._dparams, dstate, admitted, hidden, reset=True)
@@ -220,9 +229,9 @@ class Engine:
       seq = [int(host.anchor[b])] + close[:-1]
       tokens[b, :len(seq)] = seq
       counts[b] = len(seq)
-    hidden, cache = stages.append_tokens(
-        self.graphdef, self.state, self._dev.cache.with_lengths(jnp.asarray(host.lengths)),
-        jnp.asarray(tokens), jnp.asarray(counts))
+    lengths, tokens, counts = self._place.rows((host.lengths, tokens, counts))
+    hidden, cache = stages.append_tokens(self.graphdef, self.state,
+                                         self._dev.cache.with_lengths(lengths), tokens, counts)
     dstate = self._dev.dstate
     if self.drafter.on_device:
       dstate = self.drafter.extend(self._dparams, dstate, rows, hidden, reset=False)
@@ -262,9 +271,10 @@ class Engine:
         for i, lane in enumerate(self.host.lanes):
           if lane is not None and lane.output:
             hist[i, :len(lane.output)] = lane.output
-      params = _deps.sampling_params(cols["t"], top_k, cols["p"], cols["m"], cols["pp"],
-                                     cols["fp"], hist, (hist >= 0).astype(np.int32))
-      self._params = (self.host.generation, params, jnp.asarray(seed))
+      params = _deps.sampling_params(*self._place.rows(
+          (cols["t"], top_k, cols["p"], cols["m"], cols["pp"], cols["fp"], hist,
+           (hist >= 0).astype(np.int32))))
+      self._params = (self.host.generation, params, self._place.rows(seed))
     _, params, seed = self._params
     return _round.RoundArgs(state=self.state, dparams=self._dparams, params=params, seed=seed,
                             automaton=self.host.device_automaton())

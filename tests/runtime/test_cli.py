@@ -33,6 +33,8 @@ def run_cli(args):
     (["generate", "--unconstrained", "--json-object"], "--unconstrained conflicts"),
     (["generate", "--json-schema-file=/nonexistent/s.json"],
      "--json-schema-file=/nonexistent/s.json: no such file"),
+    (["generate", "--mesh=tp=2,pp=2"], "--mesh='tp=2,pp=2': unknown key 'pp' in 'pp=2'"),
+    (["generate", "--mesh=tp=2"], "--mesh='tp=2': needs dp * tp = 2 devices, only 1 are"),
     (["frobnicate"], "expected the command 'generate'"),
 ])
 def test_invalid_flags_give_one_error_line(args, message, capsys):
@@ -188,3 +190,8 @@ def test_missing_tools_file_fails_before_loading(capsys, no_model_load):
 def test_layout_and_weights_flags_fail_before_loading(args, parts, capsys, no_model_load):
   assert run_cli(["generate", *args]) == 2
   assert_one_error(capsys, *parts)
+
+
+def test_unrolled_layout_cannot_be_sharded(capsys, no_model_load):
+  assert run_cli(["generate", "--mesh=tp=1", "--layout=unrolled"]) == 2
+  assert_one_error(capsys, "--layout=unrolled cannot be sharded")
