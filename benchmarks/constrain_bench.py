@@ -1,6 +1,7 @@
 """Benchmark: the constraint layer vs raw xgrammar calls on the same states, same run.
 
   python benchmarks/constrain_bench.py perf [--per-subset 6] [--json out.json]
+  python benchmarks/constrain_bench.py overhead [--write]
   python benchmarks/constrain_bench.py coverage [--vocab bytes|qwen3] [--limit N] [--timeout 20]
 
 perf (Qwen3 vocabulary, JSONSchemaBench schemas): walks are recorded once with the session,
@@ -16,6 +17,12 @@ then replayed through both paths at identical states.
   * compile: cold (new compiler: validation + compile + initial mask check) vs raw
     ``compile_json_schema`` on the same canonical text; warm: our cache hit vs xgrammar's own
     cache hit.
+overhead (Qwen3 vocabulary, JSONSchemaBench schemas, states every few tokens of random walks):
+  * one mask: ``session.lookahead([])`` and ``session.fill_mask`` (committed-mask cache
+    dropped) vs ``GrammarMatcher.fill_next_token_bitmask``, same state, same [1, W] buffer;
+  * batch: ``ic.fill_batch`` (the engine's masks step) vs each session's ``lookahead`` in a
+    loop, B = 1, 4, 16, K = 0 and 4, position 0 cached (as after a preview) or not;
+  medians of interleaved calls; ``--write`` replaces its section of docs/results/constrain.md.
 coverage: every schema of each subset: compiled / rejected (by error class) / timed out, two
 random walks per compiled schema validated with ``jsonschema``.
 """
@@ -26,10 +33,13 @@ import argparse
 import collections
 import json
 import multiprocessing as mp
+import os
+import platform
 import random
 import re
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -193,6 +203,7 @@ def perf(args) -> dict:
     drafts = np.asarray([d for _, _, d in chosen], np.int32)
     n = np.full(b, 4)
     out = np.zeros((b, 5, w), np.int32)
+    tmp = np.zeros(w, np.int32)
     ours, ours_cached, ours_bt, raw = [], [], [], []
     for _ in range(args.batch_repeats):
       for s in sessions:
@@ -200,7 +211,9 @@ def perf(args) -> dict:
       t = time.perf_counter()
       ic.fill_batch(sessions, drafts, n, out)
       ours.append(time.perf_counter() - t)
-      t = time.perf_counter()  # committed masks cached, as after each round's preview
+      for s in sessions:
+        s.fill_mask(tmp)  # committed masks cached, as after each round's preview
+      t = time.perf_counter()
       ic.fill_batch(sessions, drafts, n, out)
       ours_cached.append(time.perf_counter() - t)
       for s in sessions:
@@ -325,6 +338,227 @@ def coverage(args) -> dict:
   return results
 
 
+# --- overhead: one mask through a session vs the raw call; batch vs per-row ------------------
+
+RESULTS = ROOT / "docs/results/constrain.md"
+SECTION_BEGIN = "<!-- constrain_bench.py overhead: generated section, begin -->"
+SECTION_END = "<!-- constrain_bench.py overhead: generated section, end -->"
+
+
+def _walk_states(args, vocab) -> list[tuple]:
+  """(compiled, history, continuation) at every ``--stride``-th token of the first ``--depth``
+  tokens of random walks on JSONSchemaBench schemas (the continuation is the walk's next
+  tokens, so they are legal drafts)."""
+  rng = np.random.default_rng(0)
+  states = []
+  for subset in SUBSETS:
+    for path in pick(subset, args.per_subset):
+      compiler = ic.ConstraintCompiler(vocab)
+      try:
+        compiled = compiler.compile(ic.OutputConstraint.json_schema(path.read_text("utf-8")))
+      except ic.ConstraintError:
+        continue
+      for _ in range(args.walks):
+        ids, _ = random_walk(compiled.new_session(), rng, max_tokens=args.depth + 8,
+                             jump_prob=0.0)
+        for i in range(0, min(args.depth, len(ids)), args.stride):
+          states.append((compiled, ids[:i], ids[i:]))
+  return states
+
+
+def _median_us(xs) -> float:
+  return statistics.median(xs) * 1e6
+
+
+def _timed(fn, *a) -> float:
+  t = time.perf_counter()
+  fn(*a)
+  return time.perf_counter() - t
+
+
+def _single_mask(states, reps: int, w: int) -> list[tuple]:
+  """Per state, interleaved: raw ``fill_next_token_bitmask`` vs ``lookahead([])`` vs
+  ``fill_mask``, all into the same [1, W] buffer, the committed-mask cache dropped first."""
+  buf = np.zeros((1, w), np.int32)
+  row = buf[0]
+  per_state = []
+  for compiled, hist, _ in states:
+    s = compiled.new_session()
+    s.accept(hist)
+    if s.terminated:
+      continue
+    m = _xgr.new_matcher(compiled._entry.grammar)  # a plain xgrammar GrammarMatcher
+    for t in hist:
+      m.accept_token(t)
+    raw, la, fm = [], [], []
+
+    def ours_lookahead():
+      s._set_frontier(None)
+      la.append(_timed(s.lookahead, (), buf))
+
+    def ours_fill_mask():
+      s._set_frontier(None)
+      fm.append(_timed(s.fill_mask, row))
+
+    sides = [lambda: raw.append(_timed(m.fill_next_token_bitmask, buf, 0)), ours_lookahead,
+             ours_fill_mask]
+    for r in range(reps):
+      for j in range(3):
+        sides[(r + j) % 3]()
+    per_state.append((raw, la, fm))
+  return per_state
+
+
+def _batch_vs_rows(states, reps: int, sets: int, w: int, seed: int = 0) -> list[dict]:
+  """``ic.fill_batch`` (the engine's masks step) vs each session's ``lookahead`` in a loop, on
+  the same B sessions, drafts and buffer, interleaved call by call."""
+  prng = random.Random(seed)
+  out_rows = []
+  for k, cached in ((0, False), (0, True), (4, True), (4, False)):
+    pool = [st for st in states if len(st[2]) >= k]
+    for b in (1, 4, 16):
+      batch_t, rows_t, ratios = [], [], []
+      for _ in range(sets):
+        chosen = [pool[prng.randrange(len(pool))] for _ in range(b)]
+        sessions = []
+        for compiled, hist, _ in chosen:
+          s = compiled.new_session()
+          s.accept(hist)
+          sessions.append(s)
+        drafts = np.asarray([cont[:k] for _, _, cont in chosen], np.int32).reshape(b, k)
+        n = np.full(b, k, np.int32)
+        out = np.zeros((b, k + 1, w), np.int32)
+        tmp = np.zeros(w, np.int32)
+
+        def prepare():
+          for s in sessions:
+            if cached:
+              s.fill_mask(tmp)  # the committed mask cached, as after a preview
+            else:
+              s._set_frontier(None)
+
+        def rows():
+          for r, s in enumerate(sessions):
+            s.lookahead(drafts[r], out[r])
+
+        bt, rt = [], []
+        for r in range(reps):
+          for side in ((0, 1) if r % 2 else (1, 0)):
+            prepare()
+            if side:
+              bt.append(_timed(ic.fill_batch, sessions, drafts, n, out))
+            else:
+              rt.append(_timed(rows))
+        batch_t += bt
+        rows_t += rt
+        ratios.append(statistics.median(bt) / statistics.median(rt))
+      out_rows.append({"k": k, "cached": cached, "b": b, "batch_us": _median_us(batch_t),
+                       "rows_us": _median_us(rows_t), "ratio": statistics.median(ratios)})
+  return out_rows
+
+
+def _machine() -> str:
+  model = "unknown CPU"
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        model = line.split(":", 1)[1].strip()
+        break
+  except OSError:
+    pass
+  return f"{model}, {os.cpu_count()} logical cores"
+
+
+def overhead(args) -> dict:
+  vocab = load_vocab("qwen3")
+  w = vocab.mask_words
+  load0 = os.getloadavg()[0]
+  states = _walk_states(args, vocab)
+  print(f"{len(states)} walk states; V={vocab.size} W={w}", flush=True)
+  per_state = _single_mask(states, args.reps, w)
+  raw_all = [x for raw, _, _ in per_state for x in raw]
+  single = []
+  for name, j in (("lookahead([])", 1), ("fill_mask", 2)):
+    ours_all = [x for st in per_state for x in st[j]]
+    ratio = statistics.median(statistics.median(st[j]) / statistics.median(st[0])
+                              for st in per_state)
+    single.append({"name": name, "ours_us": _median_us(ours_all), "raw_us": _median_us(raw_all),
+                   "ratio_p50s": _median_us(ours_all) / _median_us(raw_all),
+                   "ratio_per_state": ratio})
+    print(f"one mask, {name:14s} ours {single[-1]['ours_us']:7.2f} us | raw "
+          f"{single[-1]['raw_us']:7.2f} us | ratio of p50s {single[-1]['ratio_p50s']:.3f} | "
+          f"median per-state ratio {ratio:.3f}", flush=True)
+  batch = _batch_vs_rows(states, args.batch_reps, args.sets, w)
+  for r in batch:
+    print(f"fill_batch K={r['k']} pos0 {'cached  ' if r['cached'] else 'uncached'} B={r['b']:2d} "
+          f"batch {r['batch_us']:9.2f} us | per-row {r['rows_us']:9.2f} us | "
+          f"median per-set ratio {r['ratio']:.3f}", flush=True)
+  load1 = os.getloadavg()[0]
+  res = {"states": len(per_state), "single": single, "batch": batch, "load": [load0, load1]}
+  if args.write:
+    _write_section(args, vocab, res)
+  return res
+
+
+def _write_section(args, vocab, res) -> None:
+  """Replaces this command's section of docs/results/constrain.md (appends it the first time)."""
+  cmd = (f"python benchmarks/constrain_bench.py overhead --per-subset {args.per_subset} "
+         f"--walks {args.walks} --depth {args.depth} --stride {args.stride} --reps {args.reps} "
+         f"--sets {args.sets} --batch-reps {args.batch_reps} --write")
+  para = [
+      f"Generated by `{cmd}`. Machine: {_machine()}, load average {res['load'][0]:.1f} at the "
+      f"start and {res['load'][1]:.1f} at the end; Python {platform.python_version()}, numpy "
+      f"{np.__version__}, xgrammar {_xgr.VERSION}; Qwen3 vocabulary (V = {vocab.size:,}, "
+      f"W = {vocab.mask_words:,}).",
+      f"States: {res['states']} committed states, one every {args.stride} tokens over the first "
+      f"{args.depth} tokens of {args.walks} random walks per JSONSchemaBench schema "
+      f"({args.per_subset} sampled per subset of {', '.join(SUBSETS)}). One mask: per state, "
+      f"{args.reps} repetitions of each side, interleaved call by call in rotating order, into "
+      "the same C-contiguous [1, W] buffer; the session's committed-mask cache is dropped before "
+      "each session call (outside the timing), so every call is one real fill. Batch: "
+      f"{args.sets} random sets of B states per row, {args.batch_reps} interleaved repetitions "
+      "each, the same sessions, drafts (the walk's next K tokens, all legal) and [B, K+1, W] "
+      "buffer on both sides. Paired ratio: the median, over states (one mask) or row sets "
+      "(batch), of ours/peer medians taken on the same state or set; the goals are read on it.",
+  ]
+  lines = [SECTION_BEGIN,
+           "## One mask and batch fill: overhead on identical states (`constrain_bench.py "
+           "overhead`)", ""]
+  for text in para:
+    lines += textwrap.wrap(text, 95, break_on_hyphens=False) + [""]
+  lines += [
+      "| measurement | ours p50 (us) | peer p50 (us) | ratio of the p50s | median paired ratio"
+      " | goal (paired ratio) |",
+      "|---|---|---|---|---|---|",
+  ]
+  met = []
+  for r in res["single"]:
+    ok = r["ratio_per_state"] <= 1.10
+    met.append(ok)
+    lines.append(f"| one mask: session `{r['name']}` vs raw `fill_next_token_bitmask` | "
+                 f"{r['ours_us']:.2f} | {r['raw_us']:.2f} | {r['ratio_p50s']:.3f} | "
+                 f"{r['ratio_per_state']:.3f} (per state) | "
+                 f"<= 1.10: {'met' if ok else 'NOT met'} |")
+  for r in res["batch"]:
+    ok = r["ratio"] <= 1.00
+    met.append(ok)
+    pos0 = "cached (after a preview)" if r["cached"] else "uncached"
+    lines.append(f"| `fill_batch` vs per-row `lookahead`, B={r['b']}, K={r['k']}, position 0 "
+                 f"{pos0} | {r['batch_us']:.2f} | {r['rows_us']:.2f} | "
+                 f"{r['batch_us'] / r['rows_us']:.3f} | {r['ratio']:.3f} (per set) | "
+                 f"<= 1.00: {'met' if ok else 'NOT met'} |")
+  lines += ["", f"Goals met: {sum(met)} of {len(met)} rows.", "", SECTION_END]
+  text = RESULTS.read_text(encoding="utf-8")
+  block = "\n".join(lines)
+  if SECTION_BEGIN in text and SECTION_END in text:
+    head, rest = text.split(SECTION_BEGIN, 1)
+    text = head + block + rest.split(SECTION_END, 1)[1]
+  else:
+    text = text.rstrip("\n") + "\n\n" + block + "\n"
+  RESULTS.write_text(text, encoding="utf-8")
+  print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -333,6 +567,16 @@ def main(argv=None) -> int:
   pp.add_argument("--walks", type=int, default=2)
   pp.add_argument("--batch-repeats", type=int, default=20)
   pp.add_argument("--json")
+  po = sub.add_parser("overhead")
+  po.add_argument("--per-subset", type=int, default=3)
+  po.add_argument("--walks", type=int, default=2)
+  po.add_argument("--depth", type=int, default=40, help="walk tokens the states are taken from")
+  po.add_argument("--stride", type=int, default=4)
+  po.add_argument("--reps", type=int, default=300, help="one-mask repetitions per state and side")
+  po.add_argument("--sets", type=int, default=12, help="random row sets per batch row")
+  po.add_argument("--batch-reps", type=int, default=60)
+  po.add_argument("--write", action="store_true", help="update docs/results/constrain.md")
+  po.add_argument("--json")
   pc = sub.add_parser("coverage")
   pc.add_argument("--vocab", default="bytes", help="bytes | qwen3 | smollm2")
   pc.add_argument("--limit", type=int, default=0, help="schemas per subset (0 = all)")
@@ -340,7 +584,7 @@ def main(argv=None) -> int:
   pc.add_argument("--timeout", type=float, default=20.0, help="seconds per schema")
   pc.add_argument("--json")
   args = p.parse_args(argv)
-  res = perf(args) if args.cmd == "perf" else coverage(args)
+  res = {"perf": perf, "overhead": overhead, "coverage": coverage}[args.cmd](args)
   if args.json:
     Path(args.json).write_text(json.dumps(res, indent=1))
   return 0

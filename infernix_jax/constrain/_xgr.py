@@ -28,7 +28,7 @@ import importlib.abc
 import sys
 import threading
 import types
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -169,13 +169,52 @@ def new_matcher(compiled: Any) -> Any:
   return xgr.GrammarMatcher(compiled)
 
 
+class MatcherCalls(NamedTuple):
+  """One matcher's per-token methods, bound once (the session's mask path calls them directly).
+
+  The library's public methods are thin Python wrappers (a property read, then the FFI
+  method, ~0.6 us per mask fill); these are the FFI methods themselves, which take every
+  argument positionally:
+
+    fill(bitmask, row, False) -> bool: fills ``bitmask[row]``. ``bitmask`` must be a
+      C-contiguous int32 numpy array [N, W]: the library writes through DLPack by data
+      pointer and checks dtype, width, row and read-only but not strides, so a strided view
+      would be written out of place (callers check with `check_buffer` or an equivalent).
+      Raises RuntimeError when the matcher has terminated.
+    accept_token(token, False) -> bool;  rollback(n);  is_terminated() -> bool.
+  """
+
+  fill: Callable[[np.ndarray, int, bool], bool]
+  accept_token: Callable[[int, bool], bool]
+  rollback: Callable[[int], None]
+  is_terminated: Callable[[], bool]
+
+
+def matcher_calls(matcher: Any) -> MatcherCalls:
+  """The `MatcherCalls` of ``matcher`` (the public methods if the FFI object is not exposed)."""
+  h = getattr(matcher, "_handle", None)
+  try:
+    return MatcherCalls(h.fill_next_token_bitmask, h.accept_token, h.rollback, h.is_terminated)
+  except AttributeError:
+    return MatcherCalls(
+        lambda buf, row, debug: matcher.fill_next_token_bitmask(buf, row, debug_print=debug),
+        lambda token, debug: matcher.accept_token(token, debug_print=debug),
+        matcher.rollback, matcher.is_terminated)
+
+
 def batch_matcher(max_threads: int = 2) -> Any:
   """A BatchGrammarMatcher filling many matchers' masks with ``max_threads`` threads."""
   return xgr.BatchGrammarMatcher(max_threads)
 
 
+_INT32 = np.dtype(np.int32)
+
+
 def check_buffer(buf: np.ndarray, words: int) -> None:
   """Raises ValueError unless ``buf`` is a C-contiguous writable int32 numpy array [..., words]."""
+  if (type(buf) is np.ndarray and buf.dtype is _INT32 and buf.flags.carray
+      and buf.shape[-1] == words):
+    return  # the common buffer: four cheap tests (the ones below also accept subclasses)
   if not isinstance(buf, np.ndarray):
     raise ValueError(f"mask buffer must be a numpy array, got {type(buf).__name__}")
   if buf.dtype != np.int32 or not buf.flags.c_contiguous or not buf.flags.writeable:

@@ -7,7 +7,11 @@ from typing import Sequence
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.constrain import _xgr, backends
+from infernix_jax.constrain import backends
+
+
+# enabled masks of all-constrained batches: _ALL_ENABLED[B] is bool [B] all True (copied).
+_ALL_ENABLED = tuple(np.ones(b, bool) for b in range(257))
 
 
 def fill_batch(sessions: Sequence, drafts: np.ndarray, n_drafts: np.ndarray, out: np.ndarray,
@@ -34,33 +38,64 @@ def fill_batch(sessions: Sequence, drafts: np.ndarray, n_drafts: np.ndarray, out
     Positions past a row's ``n_drafts[b]`` are UNREACHABLE with zeroed mask words.
   """
   b_size = len(sessions)
-  drafts = np.asarray(drafts)
-  n_drafts = np.asarray(n_drafts).reshape(-1)
-  if out.ndim != 3 or out.shape[0] != b_size:
-    raise ValueError(f"out {out.shape} must be [B={b_size}, K+1, W]")
-  if drafts.ndim != 2 or drafts.shape[0] != b_size or drafts.shape[1] + 1 != out.shape[1]:
-    raise ValueError(f"drafts {drafts.shape} must be [B={b_size}, K={out.shape[1] - 1}]")
-  if n_drafts.shape != (b_size,) or (n_drafts < 0).any() or (n_drafts > drafts.shape[1]).any():
-    raise ValueError(f"n_drafts {n_drafts} must be [B] with values in 0..{drafts.shape[1]}")
-  if b_size == 0:
-    return np.zeros((0, out.shape[1]), np.int8), np.zeros(0, bool)
-  _xgr.check_buffer(out, out.shape[-1])
-  states = np.full((b_size, out.shape[1]), mask_layout.READY, np.int8)  # [B, P]
-  enabled = np.array([s is not None for s in sessions], bool)
+  # Written for the cold caches this runs in (once per round, between matcher fills that
+  # evict them): plain loops and attribute reads, few numpy entry points, no comprehensions.
+  if type(drafts) is not np.ndarray:
+    drafts = np.asarray(drafts)
+  if type(n_drafts) is not np.ndarray or n_drafts.ndim != 1:
+    n_drafts = np.asarray(n_drafts).reshape(-1)
+  shape = out.shape
+  if len(shape) != 3 or shape[0] != b_size:
+    raise ValueError(f"out {shape} must be [B={b_size}, K+1, W]")
+  k = shape[1] - 1
+  if drafts.shape != (b_size, k):
+    raise ValueError(f"drafts {drafts.shape} must be [B={b_size}, K={k}]")
+  n_list = n_drafts.tolist()
+  if len(n_list) != b_size or (b_size and (min(n_list) < 0 or max(n_list) > k)):
+    raise ValueError(f"n_drafts {n_drafts} must be [B={b_size}] with values in 0..{k}")
+  # The buffer is checked by each backend, which knows what it writes through.
+  name = first = None  # the backend name of the first session row
+  mixed = disabled = False
+  for s in sessions:
+    if s is None:
+      disabled = True
+      continue
+    try:
+      got = s.backend
+    except AttributeError:
+      got = None  # no backend: filled by its own lookahead
+    if first is None:
+      first, name = s, got
+    elif got != name:
+      mixed = True
+  if disabled:
+    enabled = np.array([s is not None for s in sessions], bool)
+  elif b_size < len(_ALL_ENABLED):
+    enabled = _ALL_ENABLED[b_size].copy()
+  else:
+    enabled = np.ones(b_size, bool)
+  if first is not None and not mixed:  # one backend (the usual batch): it sees every row
+    states = _fill_group(name, sessions, drafts, n_drafts, out, batch_threads)
+    if disabled:
+      states[~enabled] = mask_layout.READY
+    return states, enabled
+  states = np.full((b_size, shape[1]), mask_layout.READY, np.int8)  # [B, P]
   groups: dict[str | None, list[int]] = {}
   for b, s in enumerate(sessions):
     if s is not None:
       groups.setdefault(getattr(s, "backend", None), []).append(b)
   for name, rows in groups.items():
-    if len(rows) == b_size:
-      part = sessions
-    else:
-      part = [None] * b_size
-      for b in rows:
-        part[b] = sessions[b]
-    if name is None:
-      got = backends.fill_rows(part, drafts, n_drafts, out)
-    else:
-      got = backends.get(name).fill_batch(part, drafts, n_drafts, out, threads=batch_threads)
-    states[rows] = got[rows]
+    part = [None] * b_size
+    for b in rows:
+      part[b] = sessions[b]
+    states[rows] = _fill_group(name, part, drafts, n_drafts, out, batch_threads)[rows]
   return states, enabled
+
+
+def _fill_group(name: str | None, sessions: Sequence, drafts: np.ndarray, n_drafts: np.ndarray,
+                out: np.ndarray, threads: int) -> np.ndarray:
+  """One backend's `ConstraintBackend.fill_batch` (None: sessions without a backend name, by
+  their own lookahead)."""
+  if name is None:
+    return backends.fill_rows(sessions, drafts, n_drafts, out)
+  return backends.get(name).fill_batch(sessions, drafts, n_drafts, out, threads=threads)

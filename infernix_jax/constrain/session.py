@@ -20,7 +20,8 @@ Ready = the legal set of the prefix ``drafts[:i]``; DeadEnd = that prefix has no
 Ready with the legal prefix's mask.
 
 The mask of the committed state is cached: preview computes it (to report ``dead_end``) and
-the next lookahead reuses it for position 0, so a round fills each distinct state once.
+the next lookahead reuses it for position 0, so a round fills each distinct state once. A
+lookahead on an uncached state (a new session's first) fills position 0 without caching it.
 
 Every mask the matcher fills is corrected before anyone reads it: the bits of ids past V are
 cleared (the layout says they are 0; xgrammar may set them in the last word), and the strict
@@ -31,6 +32,7 @@ prefix refuse what the filter refuses, so a token is legal exactly when its mask
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Mapping
 
@@ -42,6 +44,27 @@ from infernix_jax.constrain.errors import PrefixError
 from infernix_jax.constrain.vocab import ORDINARY
 
 READY, DEAD_END, UNREACHABLE = mask_layout.READY, mask_layout.DEAD_END, mask_layout.UNREACHABLE
+_INT32 = np.dtype(np.int32)
+# lookahead's states templates: _FILLERS[K] is int8 [K+1] all UNREACHABLE (copied per call).
+_FILLERS = tuple(np.full(k + 1, UNREACHABLE, np.int8) for k in range(33))
+try:  # numpy's C count: ``np.count_nonzero`` adds ~0.6 us of Python dispatch to a ~0.8 us count
+  from numpy._core.multiarray import count_nonzero as _count_nonzero
+except ImportError:
+  _count_nonzero = np.count_nonzero
+
+
+def _probe_words(vocab) -> tuple[int, ...]:
+  """Up to three mask words an emptiness test reads before counting the whole mask: the
+  words holding the most single-byte printable-ASCII tokens (punctuation, digits, letters),
+  one of which is legal in most states of a text grammar (Qwen3: words 0..2)."""
+
+  def build():
+    counts = collections.Counter(
+        i >> 5 for i, b in enumerate(vocab.token_bytes)
+        if len(b) == 1 and 0x21 <= b[0] <= 0x7E and vocab.token_class[i] == ORDINARY)
+    return tuple(sorted(word for word, _ in counts.most_common(3)))
+
+  return vocab.lazy("constrain.probe_words", build)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +114,14 @@ class OutputSession:
     self._v = self.vocab.size
     self._w = self.vocab.mask_words
     self._m = _xgr.new_matcher(compiled._entry.grammar)
+    # The per-mask path calls the matcher's methods bound once (see `_xgr.MatcherCalls`).
+    calls = _xgr.matcher_calls(self._m)
+    self._fill_words = calls.fill
+    self._accept_token = calls.accept_token
+    self._rollback = calls.rollback
+    self._is_terminated = calls.is_terminated
     self._utf8 = _utf8.tables(self.vocab)
+    self._clean_filter = bool(self._utf8.clean_bad.size)  # the clean state filters something
     self._u8 = utf8_start  # UTF-8 decoder state after the matcher's tokens (preview included)
     self._u8_mark = utf8_start  # ... and after the committed tokens, while a preview is open
     self._u8_switch = dict(utf8_switch) if utf8_switch else None
@@ -103,8 +133,12 @@ class OutputSession:
     # fills the other (no allocation per round).
     self._bufs = (np.zeros((1, self._w), np.int32), np.zeros((1, self._w), np.int32))
     self._eos = list(self.vocab.eos_ids)
-    # Bits of the last mask word that belong to ids < V (None: V is a multiple of 32).
+    self._eos_bits = tuple((e >> 5, e & 31) for e in self._eos)  # (word, bit) of each EOS id
+    # Bits of the last mask word that belong to ids < V (None: V is a multiple of 32), and
+    # the ones that do not (0: none).
     self._last_keep = (1 << (self._v & 31)) - 1 if self._v & 31 else None
+    self._spare_bits = ~self._last_keep if self._last_keep is not None else 0
+    self._probe = _probe_words(self.vocab)
     self.tokens_committed = 0
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
@@ -146,15 +180,19 @@ class OutputSession:
     if self._pending is not None:
       raise RuntimeError("fill_mask while a preview is uncommitted: commit() or discard() first")
     out[...] = self._frontier_mask()[0]
-    return bool(out.any())
+    return self._frontier_ready()
 
   def _frontier_mask(self) -> np.ndarray:
     if self._frontier is None:
       buf = self._spare()
-      if self._m.is_terminated():
-        buf.fill(0)
-      else:
+      try:
         self._fill(buf, 0, self._u8)
+      except RuntimeError:  # the library refuses to fill after EOS: the legal set is empty
+        if not self._is_terminated():
+          raise
+        buf.fill(0)
+        self._cache_frontier(buf, False)
+        return buf
       self._cache_frontier(buf)
     return self._frontier
 
@@ -166,13 +204,29 @@ class OutputSession:
     return self._utf8.next_state(u8, token)
 
   def _fill(self, out: np.ndarray, i: int, u8: int) -> None:
-    """Fills row ``i`` of ``out`` with the matcher's legal set, corrected: no bit past V, and
-    only tokens that continue the UTF-8 decoder state ``u8`` validly."""
-    self._m.fill_next_token_bitmask(out, i)
-    if self._last_keep is not None:  # what `mask_layout.clear_spare_bits` does, for one row
+    """Fills row ``i`` of ``out`` (C-contiguous int32 [N, W], checked by the caller) with the
+    matcher's legal set, corrected: no bit past V, and only tokens that continue the UTF-8
+    decoder state ``u8`` validly.
+
+    Raises:
+      RuntimeError: the matcher has terminated (nothing is written).
+    """
+    self._fill_words(out, i, False)
+    # Spare bits: read one word as a Python int, write only when the library set some (it
+    # does when it fills the last word whole), which is what `mask_layout.clear_spare_bits`
+    # does for one row.
+    if self._spare_bits and out.item(i, self._w - 1) & self._spare_bits:
       out[i, self._w - 1] &= self._last_keep
-    if u8 or self._utf8.clean_bad.size:
+    if u8 or self._clean_filter:
       self._utf8.filter(out[i], u8)
+
+  def _nonempty(self, out: np.ndarray, i: int) -> bool:
+    """Whether row ``i`` of ``out`` has a bit set: the probe words first (one read each
+    proves most masks non-empty), then a full count."""
+    for word in self._probe:
+      if out.item(i, word):
+        return True
+    return _count_nonzero(out[i]) != 0
 
   def _spare(self) -> np.ndarray:
     """The scratch row that does not hold the committed mask."""
@@ -195,7 +249,7 @@ class OutputSession:
 
   def _frontier_ready(self) -> bool:
     if self._frontier_nonempty is None:
-      self._frontier_nonempty = np.count_nonzero(self._frontier_mask()) != 0
+      self._frontier_nonempty = self._nonempty(self._frontier_mask(), 0)
     return self._frontier_nonempty
 
   def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
@@ -210,57 +264,105 @@ class OutputSession:
     """
     if self._pending is not None:
       raise RuntimeError("lookahead while a preview is uncommitted: commit() or discard() first")
-    if isinstance(drafts, np.ndarray):
-      drafts = drafts.reshape(-1)
-    elif not isinstance(drafts, (list, tuple)):
-      drafts = list(drafts)
+    if type(drafts) is not list and type(drafts) is not tuple:
+      if isinstance(drafts, np.ndarray):
+        if drafts.ndim != 1:
+          drafts = drafts.reshape(-1)
+      else:
+        drafts = list(drafts)
     k = len(drafts)
-    _xgr.check_buffer(out, self._w)
-    if out.ndim != 2 or out.shape[0] < k + 1:
-      raise ValueError(f"out {out.shape} must be [K+1={k + 1}, W={self._w}]")
-    states = np.empty(k + 1, np.int8)
-    states.fill(UNREACHABLE)
-    if self._m.is_terminated():
-      out[:k + 1] = 0
-      return states
-    m = self._m
-    u8 = self._u8
+    # What `_xgr.check_buffer` accepts, in one expression for the common buffer (~0.3 us less
+    # per call); anything else gets the full check, which says what is wrong.
+    shape = out.shape
+    if (type(out) is not np.ndarray or out.dtype is not _INT32 or not out.flags.carray
+        or len(shape) != 2 or shape[1] != self._w or shape[0] <= k):
+      _xgr.check_buffer(out, self._w)
+      if out.ndim != 2 or out.shape[0] <= k:
+        raise ValueError(f"out {out.shape} must be [K+1={k + 1}, W={self._w}]")
+    states = _FILLERS[k].copy() if k < len(_FILLERS) else np.full(k + 1, UNREACHABLE, np.int8)
+    self._lookahead_rows(drafts, k, out, 0, states, 0)
+    return states
+
+  def _lookahead_rows(self, drafts, k: int, out: np.ndarray, r0: int, states: np.ndarray,
+                      s0: int) -> None:
+    """`lookahead` into rows ``r0..r0+k`` of ``out`` and ``states[s0..s0+k]`` (the batch fill
+    calls it on a [B*P, W] view, so no row view is made per position).
+
+    Args:
+      drafts: k token ids (any int-like values).
+      k: the number of drafts.
+      out: C-contiguous writable int32 numpy array [N, W], N >= r0 + k + 1 (checked by the
+        caller).
+      states: int8 array whose entries ``s0..s0+k`` are UNREACHABLE on entry.
+    """
+    if not k:  # one position (K=0 rounds): nothing to accept or roll back
+      if self._frontier is not None:
+        out[r0] = self._frontier[0]
+        nonempty = self._frontier_ready()
+      else:
+        try:
+          self._fill(out, r0, self._u8)
+        except RuntimeError:  # the library refuses to fill after EOS
+          if not self._is_terminated():
+            raise
+          out[r0] = 0
+          return
+        nonempty = self._nonempty(out, r0)
+      if nonempty:
+        states[s0] = READY
+      elif not self._is_terminated():  # (EOS committed: the cached mask is all zero)
+        states[s0] = DEAD_END
+      return
     accepted = 0
-    filled = 0  # rows 0..filled-1 of out were written (the rest get the zero filler)
+    filled = 0  # rows r0..r0+filled-1 were written (the rest get the zero filler)
+    u8 = self._u8
     try:
       for i in range(k + 1):
-        if i == 0 and self._frontier is not None:  # cached by the last preview/commit
-          np.copyto(out[0], self._frontier[0])
-          nonempty = self._frontier_ready()
-        else:
-          self._fill(out, i, u8)
+        row = r0 + i
+        if i:
+          self._fill(out, row, u8)
           nonempty = None
-          if i == 0:  # cache the committed mask: a repeated lookahead (redraw) reuses it
-            spare = self._spare()
-            np.copyto(spare, out[0:1])
-            self._cache_frontier(spare)
+        elif self._frontier is not None:  # cached by the last preview (or fill_mask)
+          out[row] = self._frontier[0]
+          nonempty = self._frontier_nonempty
+        else:  # not cached (a new session): filled here, and not cached either (a copy per
+          # call that no round would use: every round's preview computes the next one)
+          try:
+            self._fill(out, row, u8)
+          except RuntimeError:  # the library refuses to fill after EOS
+            if self._is_terminated():
+              return  # every position Unreachable, zero filler (below)
+            raise
+          nonempty = None
         filled = i + 1
+        legal = False
         if i < k:
           d = int(drafts[i])
-          legal = 0 <= d < self._v and mask_layout.bit(out[i], d)
+          legal = 0 <= d < self._v and (out.item(row, d >> 5) >> (d & 31)) & 1
           if legal:
             nonempty = True  # the draft's own bit proves the set non-empty (no scan)
-        if not (nonempty if nonempty is not None else np.count_nonzero(out[i])):
-          states[i] = DEAD_END
-          break
-        states[i] = READY
-        if i == k or not legal or not m.accept_token(d):
-          break
+        if nonempty is None:
+          nonempty = self._nonempty(out, row)
+          if not i and self._frontier is not None:
+            self._frontier_nonempty = nonempty
+        if not nonempty:
+          if not i and self._is_terminated():  # EOS committed: the cached mask is all zero
+            filled = 0
+            return
+          states[s0 + i] = DEAD_END
+          return
+        states[s0 + i] = READY
+        if i == k or not legal or not self._accept_token(d, False):
+          return
         accepted += 1
         u8 = self._next_u8(u8, d)
-        if m.is_terminated():
-          break
+        if self._is_terminated():
+          return
     finally:
       if accepted:
-        m.rollback(accepted)
+        self._rollback(accepted)
       if filled < k + 1:
-        out[filled:k + 1] = 0
-    return states
+        out[r0 + filled:r0 + k + 1] = 0
 
   # --- transactions ----------------------------------------------------------------------------
 
@@ -272,34 +374,33 @@ class OutputSession:
     """
     if self._pending is not None:
       raise RuntimeError("preview while another preview is uncommitted")
-    m = self._m
     tab = self._utf8
     u8 = self._u8
     accepted = 0
     if isinstance(tokens, np.ndarray):
       tokens = tokens.reshape(-1).tolist()
+    terminated = bool(self._is_terminated())
     for t in tokens:
       t = int(t)
-      if (m.is_terminated() or not 0 <= t < self._v or not tab.ok(u8, t)
-          or not m.accept_token(t)):
+      if (terminated or not 0 <= t < self._v or not tab.ok(u8, t)
+          or not self._accept_token(t, False)):
         break
       accepted += 1
       u8 = self._next_u8(u8, t)
+      terminated = bool(self._is_terminated())
     self._pending = accepted
     self._u8_mark, self._u8 = self._u8, u8
-    terminated = bool(m.is_terminated())
     buf = self._spare()
     if terminated:
       buf.fill(0)
+      complete = True
     else:
       self._fill(buf, 0, u8)
-    if terminated:
-      complete = True
-    elif self._eos:  # the matcher allows EOS exactly when the output may end
-      complete = any(mask_layout.bit(buf[0], e) for e in self._eos)
-    else:
-      complete = not _utf8.pending(u8) and bool(m.is_completed())
-    nonempty = not terminated and (complete or np.count_nonzero(buf) != 0)
+      if self._eos_bits:  # the matcher allows EOS exactly when the output may end
+        complete = any((buf.item(0, word) >> b) & 1 for word, b in self._eos_bits)
+      else:
+        complete = not _utf8.pending(u8) and bool(self._m.is_completed())
+    nonempty = not terminated and (complete or self._nonempty(buf, 0))
     self._pending_frontier = (buf, nonempty)
     return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
                          dead_end=not terminated and not nonempty)

@@ -152,10 +152,11 @@ def fill_rows(sessions: Sequence[ConstraintSession | None], drafts: np.ndarray,
   """
   states = np.full(out.shape[:2], mask_layout.READY, np.int8)  # [B, P]
   p = out.shape[1]
+  ns = np.asarray(n_drafts).reshape(-1).tolist()
   for b, s in enumerate(sessions):
     if s is None:
       continue
-    n = int(n_drafts[b])
+    n = int(ns[b])
     states[b, :n + 1] = s.lookahead(drafts[b, :n], out[b, :n + 1])
     if n + 1 < p:
       states[b, n + 1:] = mask_layout.UNREACHABLE
