@@ -164,7 +164,9 @@ def test_only_drafts_cross_to_the_host(bridge, monkeypatch):
                           for s in range(LANES)])
   assert all(r.error is None for r in results)
   assert seen and set(seen) == {((LANES, K), (LANES,))}
-  assert eng.host.stats["mask_bytes_uploaded"] == len(seen) * eng.host.mask_buf.nbytes
+  [buf] = eng.host.mask_bufs.values()  # a device drafter always verifies K + 1 positions
+  assert buf.shape == (LANES, K + 1, eng.host.w)
+  assert eng.host.stats["mask_bytes_uploaded"] == len(seen) * buf.nbytes
   per_request = sum(r.constraint.mask_bytes_uploaded for r in results)
   assert per_request <= eng.host.stats["mask_bytes_uploaded"]
 
