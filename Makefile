@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 XGRAMMAR_VERSION := 0.2.8
 SMOLLM2_VERSION := 0.1.2
 
-.PHONY: setup setup-test run test bench clean
+.PHONY: setup setup-test run test bench peer-bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,14 @@ test: setup-test
 # Engine benchmark, few configurations (core install only; prints its table, writes no file).
 bench: setup
 	$(VPY) benchmarks/engine_bench.py --quick
+
+# Ours vs the Python peer (transformers + XGrammar on the same GGUF), every drafter, 1 and 4
+# lanes, token identity and the weight-streaming floor; writes docs/results/performance.md.
+# Needs the parity extra (CPU torch, transformers) from setup-test. Long on a 2-core CPU:
+# `make peer-bench PEER_BENCH_ARGS=--quick` for a smoke run that writes no file.
+PEER_BENCH_ARGS ?= --write
+peer-bench: setup-test
+	$(VPY) benchmarks/peer_bench.py $(PEER_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV)

@@ -342,6 +342,26 @@ def _sampling():
                          frequency_penalty=f["frequency-penalty"].value)
 
 
+def chat_messages(prompt: str, system: str | None = None) -> list[dict]:
+  """The chat turns of a prompt: an optional system message, then the user message."""
+  return ([{"role": "system", "content": system}] if system else []) + [
+      {"role": "user", "content": prompt}]
+
+
+def frame_prompt(tok, prompt: str, *, system: str | None = None) -> str:
+  """The prompt text as `generate --chat` (and so `make run`) feeds it to the model.
+
+  Args:
+    tok: the model's tokenizer (`models.load_tokenizer`), whose chat template renders it.
+    prompt: the user message.
+    system: optional system message.
+
+  Returns:
+    The rendered turns ending with the assistant header (encode it with `tok.encode`).
+  """
+  return tok.apply_chat_template(chat_messages(prompt, system), add_generation_prompt=True)
+
+
 def generate() -> dict:
   """Runs one generation from the flags; returns the result dict (also printed)."""
   from infernix_jax import models as im
@@ -367,10 +387,8 @@ def generate() -> dict:
                               draft_sampling=f.temperature > 0, seed=f.seed)
   prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
   if f.chat:
-    messages = ([{"role": "system", "content": f.system}] if f.system else []) + [
-        {"role": "user", "content": prompt}]
-    prompt = (_render_with_tools(source, messages, tools) if tools is not None
-              else tok.apply_chat_template(messages, add_generation_prompt=True))
+    prompt = (_render_with_tools(source, chat_messages(prompt, f.system), tools)
+              if tools is not None else frame_prompt(tok, prompt, system=f.system))
   ids = tok.encode(prompt)
   load_s = time.perf_counter() - t0
   capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
