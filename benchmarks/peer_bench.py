@@ -222,13 +222,15 @@ def make_drafter(label: str, k: int, target):
 
 
 def warm_up(engine, items: list[Workload], constraint_of) -> None:
-  """Compiles every prefill bucket and the free and constrained rounds before timing."""
+  """Compiles every prefill bucket and the free and constrained rounds (with and without
+  drafts: a round nobody drafted verifies the anchors alone) before timing."""
   from infernix_jax.runtime import GenerationRequest, stages
   by_bucket = {}
   for w in items:
     by_bucket.setdefault((stages.bucket(len(w.ids) - 1), w.schema is None), w)
   for w in by_bucket.values():  # one at a time: an admission's bucket is its longest prompt
-    engine.generate([GenerationRequest(list(w.ids), max_tokens=2, constraint=constraint_of(w))])
+    engine.generate([GenerationRequest(list(w.ids), max_tokens=12,
+                                       constraint=constraint_of(w))])
 
 
 def run_ours(engine, items: list[Workload], max_tokens: int, constraint_of) -> Run:
@@ -265,6 +267,10 @@ def parse_args(argv=None):
                   help="skip schemas longer than this (compact JSON)")
   ap.add_argument("--k", type=int, default=4, help="drafts per round")
   ap.add_argument("--dtype", default=None, help="our model's dtype: float32 | bfloat16")
+  ap.add_argument("--layout", default="unrolled", help="our layer layout: unrolled | stacked")
+  ap.add_argument("--weights", default=None,
+                  help="our layer-matrix storage with --layout unrolled: float32 | bfloat16 | "
+                       "int8 (default: the model dtype)")
   ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded SmolLM2)")
   ap.add_argument("--no-peer", action="store_true", help="skip transformers + XGrammar")
   ap.add_argument("--torch-threads", type=int, default=0,
@@ -308,19 +314,22 @@ def main(argv=None) -> int:
   from infernix_jax import constrain as ic
   from infernix_jax import models as im
   from infernix_jax.constrain.spec import DEFAULT_MAX_WHITESPACE
-  from infernix_jax.runtime import Engine, drafters
+  from infernix_jax.runtime import Engine, compile_cache, drafters
 
+  compile_cache.enable()
   env = environment(args)
   print(f"# {env['date']} {env['machine']}, JAX on {env['device']}, "
         f"load {env['load_average']:.1f}", flush=True)
   path = Path(args.model) if args.model else im.default_model_path()
   start = time.perf_counter()
-  cfg, model, source = im.load_gguf(path, dtype=args.dtype)
+  cfg, model, source = im.load_gguf(path, dtype=args.dtype, layout=args.layout,
+                                    weights=args.weights)
   tok = im.load_tokenizer(source)
   vocab = ic.Vocabulary.from_gguf(source)
   compiler = ic.ConstraintCompiler(vocab)
   print(f"# ours: {path.name} loaded in {time.perf_counter() - start:.1f} s "
-        f"({cfg.dtype})", flush=True)
+        f"({cfg.dtype}, {args.layout} layout, {args.weights or cfg.dtype} layer weights)",
+        flush=True)
   peer = None
   if not args.no_peer and peer_missing is None:
     start = time.perf_counter()

@@ -56,42 +56,57 @@ def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
   return jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
 
 
-def decoder_layer(cfg: ModelConfig, p, x: jax.Array, ck: jax.Array, cv: jax.Array, layer,
-                  rows: jax.Array, positions: jax.Array, cos, sin, mask: jax.Array):
-  """One pre-norm decoder layer that writes its keys/values into the shared cache.
+def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: jax.Array,
+                  cos, sin, mask: jax.Array):
+  """One pre-norm decoder layer over T new tokens; their keys/values are returned, not stored.
 
   Args:
     p: this layer's parameters (either layout, see `_layers.project_qkv`).
     x: activations [B, T, D].
-    ck, cv: the cache [L, B, S, G, H]; this layer's entries at (rows, positions) are set.
-    layer: the layer index (traced in a scan, a Python int when unrolled).
-    rows: i32[B, 1]; positions: i32[B, T]; cos, sin: rope tables; mask: bool [B, T, S'].
-      Attention reads the first S' = mask.shape[-1] <= S cache positions only.
+    past_k, past_v: this layer's cache entries [B, S', G, H] (read only).
+    cos, sin: rope tables of the new positions.
+    mask: bool [B, T, S' + T]: which past entries (committed ones) and which new tokens
+      (causally) each new token reads; see `layer_inputs`.
 
   Returns:
-    (x [B, T, D], ck, cv).
+    (x [B, T, D], k [B, T, G, H], v [B, T, G, H]) -- the new keys/values, rotated.
   """
   h = _layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
   q, k, v = _layers.project_qkv(cfg, p, h, cos, sin)
-  # In-place scatter into the carried cache: donated buffers are updated, not copied.
-  ck = ck.at[layer, rows, positions].set(k.astype(ck.dtype), mode="drop")
-  cv = cv.at[layer, rows, positions].set(v.astype(cv.dtype), mode="drop")
-  span = mask.shape[-1]
-  o = _layers.attention(q, ck[layer, :, :span].astype(q.dtype),
-                        cv[layer, :, :span].astype(q.dtype), mask)
+  keys = jnp.concatenate([past_k.astype(q.dtype), k], axis=1)  # [B, S' + T, G, H]
+  values = jnp.concatenate([past_v.astype(q.dtype), v], axis=1)
+  o = _layers.attention(q, keys, values, mask)
   x = x + _layers.attn_out(cfg, p, o)
-  return x + _layers.mlp(cfg, p, x), ck, cv
+  return x + _layers.mlp(cfg, p, x), k, v
 
 
 def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array,
                  span: int | None = None):
-  """What every layer shares: (rows i32[B, 1], positions i32[B, T], cos, sin, mask [B, T, S'])
-  with S' = span (default: the capacity S)."""
+  """What every layer shares: (positions i32[B, T], cos, sin, mask bool [B, T, S' + T]).
+
+  S' = span (default: the capacity S). The first S' mask columns let row b's new tokens read
+  its committed entries (positions < starts[b]; later ones are scratch); the last T columns
+  are causal among the new tokens.
+  """
   b, t, _ = x.shape
   positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
   cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
-  mask = causal_mask(starts, t, min(span or cache_k.shape[2], cache_k.shape[2]))
-  return jnp.arange(b, dtype=jnp.int32)[:, None], positions, cos, sin, mask
+  s = min(span or cache_k.shape[2], cache_k.shape[2])
+  past = jnp.arange(s, dtype=jnp.int32)[None, None, :] < starts[:, None, None]  # [B, 1, S']
+  new = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T, T]
+  mask = jnp.concatenate([jnp.broadcast_to(past, (b, t, s)),
+                          jnp.broadcast_to(new[None], (b, t, t))], axis=-1)
+  return positions, cos, sin, mask
+
+
+def write_kv(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
+             positions: jax.Array):
+  """Stores every layer's new keys/values: k, v [L, B, T, G, H] at (b, positions[b, t]) of
+  cache_k/cache_v [L, B, S, G, H] (positions >= S are dropped); in place when donated."""
+  rows = jnp.arange(positions.shape[0], dtype=jnp.int32)[:, None]  # [B, 1]
+  cache_k = cache_k.at[:, rows, positions].set(k.astype(cache_k.dtype), mode="drop")
+  cache_v = cache_v.at[:, rows, positions].set(v.astype(cache_v.dtype), mode="drop")
+  return cache_k, cache_v
 
 
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
@@ -115,17 +130,19 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
     (output activations [B, T, D], cache_k, cache_v), plus the per-layer outputs
     [L, B, T, D] when `collect`.
   """
-  rows, positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts, span)
+  positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts, span)
+  s = mask.shape[-1] - x.shape[1]
 
-  def body(carry, xs):
+  def body(x, xs):
     p, layer = xs
-    x, ck, cv = decoder_layer(cfg, p, *carry, layer, rows, positions, cos, sin, mask)
-    return (x, ck, cv), (x if collect else None)
+    x, k, v = decoder_layer(cfg, p, x, cache_k[layer, :, :s], cache_v[layer, :, :s], cos, sin,
+                            mask)
+    return x, (k, v, x if collect else None)
 
   num_layers = cache_k.shape[0]
   layer_ids = jnp.arange(num_layers, dtype=jnp.int32)
-  (x, cache_k, cache_v), per_layer = jax.lax.scan(body, (x, cache_k, cache_v),
-                                                  (params, layer_ids))
+  x, (k, v, per_layer) = jax.lax.scan(body, x, (params, layer_ids))
+  cache_k, cache_v = write_kv(cache_k, cache_v, k, v, positions)
   return (x, cache_k, cache_v, per_layer) if collect else (x, cache_k, cache_v)
 
 
