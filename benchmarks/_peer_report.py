@@ -208,3 +208,47 @@ def dump(args, env, floor, skipped, state, runs) -> None:
   Path(args.json_out).write_text(json.dumps(dict(
       env=env, floor=floor, skipped=skipped, rows=state["rows"],
       mismatches=state["mismatches"], tokens=tokens), indent=1))
+
+
+# --- goals ------------------------------------------------------------------------------------
+def goals_text(rows: list[dict]) -> list[str]:
+  """The performance goals, each judged from this run's rows (met / missed, with the values)."""
+  by = {(r["set"], r["lanes"], r["system"]): r for r in rows}
+  drafted = sorted({r["system"] for r in rows if r["system"] not in ("peer", "none")})
+  out = ["## Goals, judged from the table above", ""]
+
+  def verdict(ok):
+    return "**met**" if ok else "**missed**"
+
+  def get(key, field):
+    r = by.get(key)
+    return None if r is None else r.get(field)
+
+  for s in ("main", "free", "schemas"):
+    vs_peer, floor = get((s, 1, "none"), "vs_peer"), get((s, 1, "none"), "floor_ratio")
+    if vs_peer is not None:
+      out.append(f"- Plain decoding (`none`), `{s}`, 1 lane: {vs_peer:.2f}x the peer's "
+                 f"tokens/s (goal >= 1.3: {verdict(vs_peer >= 1.3)}); ms/token "
+                 f"{floor:.2f}x the floor (goal <= 1.3: {verdict(floor <= 1.3)}).")
+  for s in ("main", "schemas"):
+    best = max(((get((s, 1, d), "vs_peer") or 0.0, d) for d in drafted), default=None)
+    if best and best[0]:
+      out.append(f"- Best drafter, `{s}` (JSON), 1 lane: `{best[1]}` at {best[0]:.2f}x the "
+                 f"peer's tokens/s (goal >= 2: {verdict(best[0] >= 2)}).")
+  for s in ("main", "free", "schemas"):
+    base = get((s, 4, "none"), "tokens_per_s")
+    if not base:
+      continue
+    best = max(((get((s, 4, d), "tokens_per_s") or 0.0, d) for d in drafted), default=None)
+    if best and best[0]:
+      out.append(f"- 4 lanes, `{s}`: best drafter `{best[1]}` at {best[0] / base:.2f}x our "
+                 f"plain decoding at 4 lanes (goal >= 1.2: {verdict(best[0] / base >= 1.2)}).")
+  out += [
+      "",
+      "Where the time goes and what is left: `docs/results/decode_profile.md` splits one "
+      "decode step (layer matrices vs LM head vs attention, norms, RoPE and cache writes, "
+      "against the floor); `docs/results/round_timeline.md` shows how much host mask work the "
+      "verify hides; `docs/results/precision.md` measures bf16/int8 weight storage; "
+      "`docs/results/constrain.md` the constraint layer against raw xgrammar.",
+  ]
+  return out

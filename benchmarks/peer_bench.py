@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from _peer_report import (REPORT, ROOT, compare, dump, environment, notes_text, table,
-                          write_report)
+from _peer_report import (REPORT, ROOT, compare, dump, environment, goals_text, notes_text,
+                          table, write_report)
 
 DATA = ROOT.parent / "shared/data/jsonschemabench/data"
 MAIN_JOB = "ngram+jump"  # the CLI's default configuration for a constrained prompt
@@ -436,6 +436,8 @@ def main(argv=None) -> int:
   print("\n" + "\n".join(lines))
   text_notes = notes_text(args, skipped, n_schemas, notes, state["mismatches"], ref_name,
                           [peer_missing] if peer_missing else extra)
+  if ref_name == "peer":
+    text_notes += ["", *goals_text(state["rows"])]
   print("\n" + "\n".join(text_notes))
   if args.write:
     write_report(env, floor, lines, text_notes)
