@@ -76,6 +76,7 @@ def main() -> int:
                               draft_model=(cfg, model))  # "draft": the target drafts itself
     eng = Engine(model, vocab, drafter, lanes=len(prompts), capacity=512, bridge=bridge,
                  masked_q=masked_q, cfg=cfg)
+    eng.warmup()
     for warm in (None, specs[0]):  # compile both the free and the constrained round
       eng.generate([GenerationRequest(p, max_tokens=2, constraint=warm) for p in prompts])
     for constrained in (False, True):

@@ -222,15 +222,17 @@ def make_drafter(label: str, k: int, target):
 
 
 def warm_up(engine, items: list[Workload], constraint_of) -> None:
-  """Compiles every prefill bucket and the free and constrained rounds (with and without
-  drafts: a round nobody drafted verifies the anchors alone) before timing."""
+  """Compiles what the timed runs use: every round shape (`Engine.warmup`), and per prefill
+  bucket the admission of 1, 2 and all lanes at once, free and constrained."""
   from infernix_jax.runtime import GenerationRequest, stages
+  engine.warmup()
   by_bucket = {}
   for w in items:
     by_bucket.setdefault((stages.bucket(len(w.ids) - 1), w.schema is None), w)
-  for w in by_bucket.values():  # one at a time: an admission's bucket is its longest prompt
-    engine.generate([GenerationRequest(list(w.ids), max_tokens=12,
-                                       constraint=constraint_of(w))])
+  for w in by_bucket.values():  # an admission's bucket is its longest prompt
+    for rows in sorted({1, min(2, engine.b), engine.b}):
+      engine.generate([GenerationRequest(list(w.ids), max_tokens=4,
+                                         constraint=constraint_of(w)) for _ in range(rows)])
 
 
 def run_ours(engine, items: list[Workload], max_tokens: int, constraint_of) -> Run:

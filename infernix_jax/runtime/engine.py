@@ -10,6 +10,7 @@ import collections
 import time
 from typing import Any, Iterable
 
+import jax
 import numpy as np
 
 from infernix_jax import mask_layout
@@ -18,7 +19,7 @@ from infernix_jax.runtime._host import RoundHost
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
 from infernix_jax.runtime._session import build_session, check_request
-from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter
+from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter, Proposal
 from infernix_jax.runtime.errors import CapacityError
 from infernix_jax.runtime.types import GenerationRequest, GenerationResult
 
@@ -142,6 +143,55 @@ class Engine:
     """The result of a finished request (removed from the engine), or None."""
     return self.host.results.pop(request_id, None)
 
+  def warmup(self) -> None:
+    """Compiles the round's device steps for the shapes rounds will take, on idle lanes.
+
+    On the stages bridge a host drafter's round verifies max(drafts) + 1 positions and
+    attends over a bucketed span of the cache, so Verify and Finish (with and without a
+    mask) are compiled here for every width 1 .. K + 1 and every span up to the capacity;
+    nothing is committed. A device drafter's rounds verify K + 1 positions (compiled here
+    for every span); its propose, Finish over its q, and the callback bridge's loop compile
+    on their first round. Call it before timing generations.
+
+    Raises:
+      RuntimeError: requests are waiting or running.
+    """
+    if self.host.waiting or self.host.any_active():
+      raise RuntimeError("warmup() needs an idle engine (no waiting or running request)")
+    if self.bridge != "stages":
+      return
+    from infernix_jax.pallas import OneHotQ
+    args = self._round_args()
+    b, w = self.b, mask_layout.mask_words(self.vocab.size)
+    widths = (self.k,) if self.drafter.on_device else range(self.k + 1)
+    spans = sorted({_round.attention_span([s], 1, self.capacity)
+                    for s in range(0, self.capacity, _round.SPAN_STEP)}, key=lambda s: s or 0)
+    zeros = np.zeros((b,), np.int32)
+    cache = self._dev.cache
+    # Rounds pass the cache a jitted step returned (committed to its devices): so does this.
+    _, _, cache = _round._JIT[_round.verify_step](
+        self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)),
+        self._place.rows(np.zeros((b, widths[0]), np.int32)), span=spans[0])
+    for width in widths:
+      drafts = self._place.rows(np.zeros((b, width), np.int32))
+      for span in spans:
+        logits, _, cache = _round._JIT[_round.verify_step](
+            self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)), drafts,
+            span=span)
+      if self.drafter.on_device:  # Finish takes the drafter's own q type: its first round
+        continue
+      prop = Proposal(drafts, self._place.rows(zeros), OneHotQ())
+      masks = (None, self._place.rows((np.zeros((b, width + 1, w), np.int32),
+                                        np.zeros((b, width + 1), np.int8),
+                                        np.zeros((b,), bool))))
+      for mask in masks:
+        out = _round._JIT[_round.finish_step](
+            logits, *(mask or (None, None, None)), prop, args.params, args.seed,
+            self._place.rows(zeros), vocab_size=self.vocab.size,
+            masked_q=self.masked_q and self.drafter.sampling)
+        jax.block_until_ready(out)
+    self._dev = _round.DeviceState(cache=cache, dstate=self._dev.dstate)
+
   def run(self) -> None:
     """Decodes until no request is waiting or running."""
     while self.host.waiting or self.host.any_active():
@@ -193,7 +243,21 @@ class Engine:
     longest = max(len(p) - 1 for p in admitted.values())
     hidden = None
     cache = self._dev.cache
-    if longest > 0:
+    rows = sorted(admitted)
+    width = stages.bucket(len(rows), minimum=1)  # R: admitted lanes, padded to a power of two
+    if longest > 0 and width < self.b and self._place.mesh is None:
+      # Compute only the admitted rows (a prompt joining a busy batch is not run B times).
+      rows += [rows[-1]] * (width - len(rows))  # padding repeats a row with its own tokens
+      tokens = np.zeros((width, stages.bucket(longest)), np.int32)  # [R, T]
+      counts = np.zeros((width,), np.int32)
+      for i, b in enumerate(rows):
+        p = admitted[b]
+        tokens[i, :len(p) - 1] = p[:-1]
+        counts[i] = len(p) - 1
+      hidden, cache = stages.append_rows(self.graphdef, self.state, cache,
+                                         np.asarray(rows, np.int32), tokens, counts,
+                                         lanes=self.b)
+    elif longest > 0:
       tokens = np.zeros((self.b, stages.bucket(longest)), np.int32)  # [B, T]
       counts = np.zeros((self.b,), np.int32)
       for b, p in admitted.items():

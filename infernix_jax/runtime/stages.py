@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from infernix_jax.runtime import _deps
 
-__all__ = ["append_tokens", "bucket", "clear_rows"]
+__all__ = ["append_rows", "append_tokens", "bucket", "clear_rows"]
 
 
 def append_tokens(graphdef, state, cache, tokens, counts):
@@ -30,6 +30,24 @@ def append_tokens(graphdef, state, cache, tokens, counts):
   """
   _, hidden, cache = _deps.prefill(graphdef, state, cache, tokens, counts)
   return hidden, cache
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "lanes"), donate_argnames=("cache",))
+def append_rows(graphdef, state, cache, rows, tokens, counts, *, lanes: int):
+  """`append_tokens` for a few lanes only: rows i32[R] (R <= B lanes; a repeated row must
+  repeat its tokens and count) take tokens [R, T] / counts i32[R], each at length 0. Only
+  those rows are computed; their cache rows are gathered, filled and written back in place.
+
+  Returns:
+    (hidden [B, T, D], zero outside `rows`, and the cache with those rows' lengths = counts;
+    other lanes' entries and lengths are unchanged).
+  """
+  sub = type(cache)(k=cache.k[:, rows], v=cache.v[:, rows],
+                    lengths=jnp.zeros(rows.shape, jnp.int32))
+  hidden, sub = append_tokens(graphdef, state, sub, tokens, counts)
+  full = jnp.zeros((lanes, *hidden.shape[1:]), hidden.dtype).at[rows].set(hidden)
+  return full, type(cache)(k=cache.k.at[:, rows].set(sub.k), v=cache.v.at[:, rows].set(sub.v),
+                           lengths=cache.lengths.at[rows].set(sub.lengths))
 
 
 @functools.partial(jax.jit, donate_argnames=("cache",))
