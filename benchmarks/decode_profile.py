@@ -27,30 +27,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _timing import gemv_bandwidth, median_ms
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def gemv_bandwidth(repeats: int) -> float:
-  """GB/s of a jitted f32 [1, 576] x [576, 196608] product (452 MB of weights)."""
-  import jax
-  import jax.numpy as jnp
-  w = jnp.asarray(np.random.default_rng(0).random((576, 196608), np.float32))
-  x = jnp.ones((1, 576), jnp.float32)
-  f = jax.jit(lambda x, w: x @ w)
-  ms = median_ms(lambda: f(x, w).block_until_ready(), repeats)
-  return w.nbytes / ms / 1e6
-
-
-def median_ms(fn, repeats: int) -> float:
-  fn()
-  fn()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return 1e3 * statistics.median(times)
 
 
 def main() -> int:
@@ -74,7 +53,7 @@ def main() -> int:
   fast_model = unrolled.unroll(nnx.merge(*stacked))
   fast = nnx.split(fast_model)
   weight_bytes = sum(x.nbytes for x in jax.tree.leaves(stacked[1]))
-  bandwidth = gemv_bandwidth(args.repeats)
+  bandwidth = gemv_bandwidth(args.repeats) / 1e9  # GB/s
   floor_ms = weight_bytes / bandwidth / 1e6
   r = {}
 

@@ -28,13 +28,13 @@ import sys
 import time
 from pathlib import Path
 
+from _timing import GEMV_SHAPE, gemv_bandwidth
 from _peer_report import (REPORT, ROOT, compare, dump, environment, goals_text, notes_text,
                           table, write_report)
 
 DATA = ROOT.parent / "shared/data/jsonschemabench/data"
 MAIN_JOB = "ngram+jump"  # the CLI's default configuration for a constrained prompt
 QUICK_DRAFTERS = ("none", "ngram", MAIN_JOB)
-GEMV_SHAPE = (8192, 13824)  # f32: 453 MB, far above every cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,22 +109,6 @@ def floor_of(model, repeats: int) -> dict:
   bandwidth = gemv_bandwidth(repeats)
   return dict(weight_bytes=weights, repeats=repeats, gemv_shape=GEMV_SHAPE,
               gemv_gb_s=bandwidth / 1e9, floor_ms=1e3 * weights / bandwidth)
-
-
-def gemv_bandwidth(repeats: int) -> float:
-  """Bytes/s of a jitted f32 matrix-vector product streaming GEMV_SHAPE (median of calls)."""
-  import jax
-  import jax.numpy as jnp
-  a = jnp.full(GEMV_SHAPE, 0.5, jnp.float32)
-  x = jnp.ones((GEMV_SHAPE[1],), jnp.float32)
-  gemv = jax.jit(lambda a, x: a @ x)
-  gemv(a, x).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    gemv(a, x).block_until_ready()
-    times.append(time.perf_counter() - start)
-  return a.nbytes / statistics.median(times)
 
 
 # --- the peer -------------------------------------------------------------------------------

@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from _timing import median_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "../shared/data"
@@ -53,17 +52,6 @@ def held_in_text(tok, length: int) -> list[int] | None:
     return None
   questions = [line.split(" ", 1)[1].strip() for line in path.read_text().splitlines() if line]
   return tok.encode("\n".join(questions))[:length]
-
-
-def timed(fn, repeats: int) -> float:
-  fn()
-  fn()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return 1e3 * statistics.median(times)
 
 
 def greedy(im, graphdef, state, cfg, ids, max_tokens):
@@ -128,8 +116,8 @@ def main() -> int:
       box["cache"] = c
       logits.block_until_ready()
 
-    decode_ms = timed(lambda: step(1), args.repeats)
-    verify_ms = timed(lambda: step(5), args.repeats)
+    decode_ms = median_ms(lambda: step(1), args.repeats)
+    verify_ms = median_ms(lambda: step(5), args.repeats)
     agree = total = 0
     for ids, ref in zip(work, reference):
       seq = np.asarray([ids + ref], np.int32)

@@ -26,20 +26,15 @@ import sys
 import time
 from pathlib import Path
 
+import engine_bench
+
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = ROOT / "../shared/data/jsonschemabench/data/Github_trivial"
-SCHEMA_FILES = ("o10082", "o21079", "o13839")
 
 
 def workloads(lanes: int):
-  """(prompt, schema) pairs: the main job first, then held-in JSONSchemaBench schemas."""
-  from infernix_jax.runtime.cli import DEMO_PROMPT, DEMO_SCHEMA
-  items = [(DEMO_PROMPT, DEMO_SCHEMA)]
-  for name in SCHEMA_FILES:
-    path = SCHEMAS / f"{name}.json"
-    if path.exists():
-      text = path.read_text()
-      items.append((f"Reply with JSON matching this schema: {text}", text))
+  """(prompt, schema) pairs for `lanes` lanes: engine_bench's main job + JSONSchemaBench
+  schemas, repeated in order."""
+  items = engine_bench.workloads()
   return [items[i % len(items)] for i in range(lanes)]
 
 

@@ -60,12 +60,7 @@ def load_gguf(path, dtype: str | None = None, layout: str = "stacked",
 
   Args:
     path: the .gguf file.
-    dtype: "float32" (default) or "bfloat16".
-    layout: "stacked" (default: one [L, ...] array per parameter, a scanned layer loop;
-      for training, sharding and fast compiles) or "unrolled" (per-layer fused weights, a
-      Python layer loop: the fast single-device decode layout, see `models.unrolled`).
-    weights: storage of the layer matrices with layout="unrolled": "float32", "bfloat16" or
-      "int8" (weight-only, per-column scales); None: the model dtype.
+    dtype, layout, weights: as `load_hf_dir`.
 
   Returns:
     (ModelConfig, Transformer, the .gguf path, which also holds the tokenizer).
