@@ -45,6 +45,10 @@ flags.DEFINE_boolean("jump-forward", None, "Add grammar jump-forward drafts (def
                      "a constraint is given and the drafter is not 'none').")
 flags.DEFINE_boolean("masked-q", True, "Mask sampling drafters' q with the grammar (ablation).")
 flags.DEFINE_string("draft-model", None, "Draft model (HF directory or GGUF) for --drafter=draft.")
+flags.DEFINE_string("drafter-weights", None,
+                    "Weights of --drafter mtp|dflash|dflash2: a drafter .safetensors file, or "
+                    "'random' (untrained, for mechanism tests). Default: the weights shipped "
+                    "for the embedded SmolLM2-135M-Instruct.")
 flags.DEFINE_float("temperature", 0.0, "Sampling temperature (0 = greedy).")
 flags.DEFINE_integer("top-k", 0, "Top-k over legal tokens (0 = off).")
 flags.DEFINE_float("top-p", 1.0, "Top-p (1 = off).")
@@ -153,6 +157,13 @@ def _validate() -> None:
                      f"{', '.join(backends.names())}")
   if f["draft-model"].value and f.drafter != "draft":
     raise UsageError("--draft-model needs --drafter=draft")
+  if f["drafter-weights"].value and f.drafter not in ("mtp", "dflash", "dflash2"):
+    raise UsageError(f"--drafter-weights applies to --drafter mtp, dflash or dflash2, not "
+                     f"{f.drafter!r}")
+  weights = f["drafter-weights"].value
+  if weights and weights != "random" and not Path(weights).is_file():
+    raise UsageError(f"--drafter-weights={weights!r}: no such file (a drafter .safetensors "
+                     f"file, or 'random')")
   if f.drafter == "draft" and not f["draft-model"].value:
     raise UsageError("--drafter=draft needs --draft-model=PATH (an HF directory or GGUF file)")
   if f.k < 1 and _jump_forward():
@@ -384,7 +395,8 @@ def generate() -> dict:
     draft = _load(f["draft-model"].value) if f["draft-model"].value else None
     drafter = drafters.create(f.drafter, k=f.k, ngram_n=f["ngram-n"].value, jump_forward=jump,
                               target=(cfg, model), draft_model=draft[:2] if draft else None,
-                              draft_sampling=f.temperature > 0, seed=f.seed)
+                              draft_sampling=f.temperature > 0, seed=f.seed,
+                              weights=f["drafter-weights"].value)
   prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
   if f.chat:
     prompt = (_render_with_tools(source, chat_messages(prompt, f.system), tools)

@@ -28,7 +28,8 @@ def _variants():
   """Every registered drafter, alone and behind jump-forward, greedy and (where its q can be
   sampled) sampling: the matrix picks up a newly registered drafter by itself."""
   cfg, model = h.tiny_model()
-  opts = dict(k=K, target=(cfg, model), draft_model=h.tiny_model(seed=1), ngram_n=2)
+  opts = dict(k=K, target=(cfg, model), draft_model=h.tiny_model(seed=1), ngram_n=2,
+              weights="random")  # trained weights exist for the embedded model only
   out = {}
   for name in drafters.names():
     for jump in (False, True):

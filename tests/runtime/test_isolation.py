@@ -33,7 +33,8 @@ def poisoned_model():
 @functools.lru_cache(maxsize=None)
 def engine(bridge: str, name: str = "ngram") -> Engine:
   cfg, model = poisoned_model()
-  d = drafters.create(name, k=K, ngram_n=2, target=h.tiny_model(), jump_forward=True)
+  d = drafters.create(name, k=K, ngram_n=2, target=h.tiny_model(), jump_forward=True,
+                      weights="random")
   return Engine(model, h.toy_vocab(), d, lanes=LANES, capacity=32, bridge=bridge)
 
 
@@ -152,7 +153,7 @@ def test_only_drafts_cross_to_the_host(bridge, monkeypatch):
 
   monkeypatch.setattr(_round.HostSteps, "masks", spy)
   cfg, model = h.tiny_model()
-  d = drafters.create("dflash2", k=K, target=(cfg, model))
+  d = drafters.create("dflash2", k=K, target=(cfg, model), weights="random")
   eng = Engine(model, h.toy_vocab(), d, lanes=LANES, capacity=32, bridge=bridge)
   free = [GenerationRequest(PROMPT, max_tokens=4, sampling=SamplingOptions(1.0, seed=s))
           for s in range(LANES)]

@@ -41,7 +41,8 @@ _SCRIPT = textwrap.dedent("""
                                 sampling=SamplingOptions(temperature=float(i >= 4), seed=i))
               for i in range(len(specs))]  # the last two sample at T = 1 (same seeds)
 
-    opts = dict(k=3, target=(cfg, model), draft_model=h.tiny_model(seed=1), ngram_n=2)
+    opts = dict(k=3, target=(cfg, model), draft_model=h.tiny_model(seed=1), ngram_n=2,
+                weights="random")
     for name in drafters.names():
       outs = []
       runs = [(None, "stages"), (mesh, "stages")] + [(mesh, "callback")] * (name == "none")

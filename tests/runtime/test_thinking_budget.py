@@ -54,7 +54,7 @@ def _drafter(name: str):
           "draft-self": lambda: drafters.create("draft", k=K, draft_model=(cfg, model),
                                                 target=(cfg, model)),
           "mtp+jump": lambda: drafters.create("mtp", k=K, target=(cfg, model),
-                                              jump_forward=True),
+                                              jump_forward=True, weights="random"),
           }[name]()
 
 

@@ -32,7 +32,11 @@ class BuildOptions:
   ngram_n: int = 3  # the longest n-gram of prompt lookup
   draft_sampling: bool = False  # the draft model samples (dense q) instead of greedy
   temperature: float = 1.0  # sampling drafters' temperature (draft model, sparse block)
-  seed: int = 0  # initialisation seed of drafter networks
+  seed: int = 0  # initialisation seed of random drafter networks
+  # Trained drafters (mtp, dflash, dflash2): None = the weights shipped for the embedded
+  # model, "random" = untrained (mechanism tests), a path = a `models.drafters.weights`
+  # file, or an already built network module (training-time evaluation).
+  weights: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter
-from infernix_jax.runtime.drafters.mtp import _target
+from infernix_jax.runtime.drafters._trained import network, target_of
+
+RANDOM_LAYERS = 1  # depth of an untrained block network (weights="random")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -17,13 +19,15 @@ class Block(NetDrafter):
 
 
 def build_net(opts, name: str, sparse: bool):
-  """A one-layer block network on `opts.target` (random weights, seeded by opts.seed)."""
+  """A block network on `opts.target` with the weights `opts.weights` names (default: the
+  trained block drafter shipped for the embedded model, shared by dflash and dflash2)."""
   from flax import nnx
 
   from infernix_jax.models import drafters as md
-  cfg, model = _target(opts, name)
+  _, model = target_of(opts, name)
   head = md.TargetHead.from_model(model)
-  net = md.DFlashNet(cfg.replace(num_layers=1), cfg.dim, rngs=nnx.Rngs(opts.seed))
+  net = network(opts, name, "block", lambda cfg: md.DFlashNet(
+      cfg.replace(num_layers=RANDOM_LAYERS), cfg.dim, rngs=nnx.Rngs(opts.seed)))
   return md.DFlashDrafter.create(net, head, opts.k, sparse=sparse, temperature=opts.temperature)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter
+from infernix_jax.runtime.drafters._trained import network, target_of
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -16,17 +17,12 @@ class MTP(NetDrafter):
 
 
 def build(opts) -> MTP:
-  """An MTP head on `opts.target` = (cfg, model) (random weights, seeded by opts.seed)."""
+  """An MTP head on `opts.target` = (cfg, model) with the weights `opts.weights` names
+  (default: the trained head shipped for the embedded model)."""
   from flax import nnx
 
   from infernix_jax.models import drafters as md
-  cfg, model = _target(opts, "mtp")
+  _, model = target_of(opts, "mtp")
   head = md.TargetHead.from_model(model)
-  net = md.MTPDrafter.create(md.MTPHead(cfg, rngs=nnx.Rngs(opts.seed)), head, opts.k)
-  return MTP(k=opts.k, net=net)
-
-
-def _target(opts, name: str):
-  if opts.target is None:
-    raise ValueError(f"the {name!r} drafter needs the target model (it shares its head)")
-  return opts.target
+  net = network(opts, "mtp", "mtp", lambda cfg: md.MTPHead(cfg, rngs=nnx.Rngs(opts.seed)))
+  return MTP(k=opts.k, net=md.MTPDrafter.create(net, head, opts.k))

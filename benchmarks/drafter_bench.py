@@ -1,0 +1,176 @@
+"""Trained drafters on the embedded SmolLM2: accepted length, per-position acceptance and
+tokens/s on the validation prompts, against n-gram, jump-forward and untrained heads.
+
+Prompts: the validation split of the distillation mix (JSON Schema and BFCL tool-call
+prompts, disjoint from training by schema and question), each run JSON-Schema-constrained
+and unconstrained. Settings: K in --ks, target temperature in --temperatures (dflash2
+samples its drafts at 0.7 from its top-16), masked q on and off for the sampled drafter.
+
+  - acceptance: every configuration at every (K, T, constrained), 4 lanes;
+  - speed: at K = 4, T = 0, one lane, every configuration and ordinary decoding, timed after
+    `Engine.warmup` and an untimed pass over the same prompts, all in this one run.
+
+  .venv/bin/python benchmarks/drafter_bench.py [--quick] [--write]
+
+`--write` writes docs/results/drafters.md and docs/results/drafters.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPARSE_TEMPERATURE = 0.7
+# label -> (registry name, jump-forward, weights)
+CONFIGS = {
+    "ngram": ("ngram", False, None),
+    "ngram+jump": ("ngram", True, None),
+    "mtp": ("mtp", False, None),
+    "mtp+jump": ("mtp", True, None),
+    "dflash": ("dflash", False, None),
+    "dflash+jump": ("dflash", True, None),
+    "dflash2": ("dflash2", False, None),
+    "dflash2+jump": ("dflash2", True, None),
+    "mtp untrained": ("mtp", False, "random"),
+    "dflash untrained": ("dflash", False, "random"),
+}
+SPEED_EXTRA = {"none": ("none", False, None), "jump": ("none", True, None)}
+
+
+def parse_args(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--prompts", type=int, default=8, help="validation prompts (json + tool)")
+  ap.add_argument("--max-tokens", type=int, default=64)
+  ap.add_argument("--ks", default="2,4,8")
+  ap.add_argument("--temperatures", default="0,0.7")
+  ap.add_argument("--configs", default=",".join(CONFIGS), help="labels to run")
+  ap.add_argument("--lanes", type=int, default=4, help="lanes of the acceptance runs")
+  ap.add_argument("--no-speed", action="store_true", help="skip the 1-lane timed runs")
+  ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens, K=4, T=0")
+  ap.add_argument("--write", action="store_true")
+  args = ap.parse_args(argv)
+  if args.quick:
+    args.prompts, args.max_tokens, args.ks, args.temperatures = 2, 16, "4", "0"
+  args.ks = [int(k) for k in args.ks.split(",")]
+  args.temperatures = [float(t) for t in args.temperatures.split(",")]
+  args.configs = args.configs.split(",")
+  unknown = [c for c in args.configs if c not in CONFIGS]
+  if unknown:
+    ap.error(f"--configs: unknown {unknown}; known: {', '.join(CONFIGS)}")
+  return args
+
+
+def validation_prompts(compiler, n: int):
+  """The first n constrained validation prompts (json, then tool) that compile."""
+  from infernix_jax import constrain as ic
+  from infernix_jax.train import corpus, prompts
+  out = []
+  mix = prompts.prompt_mix({"json": 4 * n, "tool": 4 * n}, "validation",
+                           unconstrained_share=0)
+  for fam, want in (("json", n - n // 4), ("tool", n // 4)):
+    taken = 0
+    for p in mix:
+      if p.family != fam or taken == want:
+        continue
+      try:
+        compiler.compile(corpus.constraint_of(p))
+      except ic.ConstraintError:
+        continue
+      out.append(p)
+      taken += 1
+  return out
+
+
+def make_engine(target, label, k, *, lanes, masked_q=True):
+  from infernix_jax.runtime import Engine, drafters
+  cfg, model, tok, vocab, compiler = target
+  name, jump, weights = {**CONFIGS, **SPEED_EXTRA}[label]
+  drafter = drafters.create(name, k=k, jump_forward=jump, target=(cfg, model),
+                            weights=weights, temperature=SPARSE_TEMPERATURE)
+  return Engine(model, vocab, drafter, lanes=lanes, capacity=1024, compiler=compiler,
+                masked_q=masked_q, cfg=cfg)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  import jax
+
+  from infernix_jax.models.drafters import weights as dw
+  from infernix_jax.runtime import compile_cache
+  from infernix_jax.train import corpus
+  from infernix_jax.train import evaluate as ev
+
+  compile_cache.enable()
+  start = time.perf_counter()
+  target, model_id = corpus.load_target()
+  tok, compiler = target[2], target[4]
+  items = validation_prompts(compiler, args.prompts)
+  print(f"# {model_id}; {len(items)} validation prompts; K {args.ks}; T {args.temperatures}",
+        flush=True)
+
+  def run(engine, *, constrained, temperature, warm=False):
+    acc = ev.acceptance(engine, tok, items, constrained=constrained, temperature=temperature,
+                        max_tokens=args.max_tokens, warm=warm)
+    return {"accepted_length": round(acc.accepted_length, 4),
+            "per_position": [round(x, 4) for x in acc.per_position],
+            "tokens": acc.tokens, "rounds": acc.rounds, "errors": acc.errors,
+            "tokens_per_second": round(acc.tokens_per_second, 2)}
+
+  rows = []
+  for label in args.configs:
+    for k in args.ks:
+      engine = make_engine(target, label, k, lanes=args.lanes)
+      for temperature in args.temperatures:
+        for constrained in (True, False):
+          r = run(engine, constrained=constrained, temperature=temperature)
+          rows.append({"config": label, "k": k, "temperature": temperature,
+                       "constrained": constrained, "masked_q": True, **r})
+          print(f"{label:>18} K={k} T={temperature} {'json' if constrained else 'free'}: "
+                f"accepted length {r['accepted_length']:.3f} {r['per_position']}", flush=True)
+      if CONFIGS[label][0] == "dflash2":  # sampled q: the same runs without masked q
+        engine = make_engine(target, label, k, lanes=args.lanes, masked_q=False)
+        for temperature in args.temperatures:
+          r = run(engine, constrained=True, temperature=temperature)
+          rows.append({"config": label, "k": k, "temperature": temperature,
+                       "constrained": True, "masked_q": False, **r})
+          print(f"{label:>18} K={k} T={temperature} json, masked q off: "
+                f"accepted length {r['accepted_length']:.3f}", flush=True)
+  speed = []
+  if not args.no_speed:
+    k = 4 if 4 in args.ks else args.ks[0]
+    for label in ["none", "jump"] + args.configs:
+      engine = make_engine(target, label, k, lanes=1)
+      engine.warmup()
+      for constrained in (True, False):
+        r = run(engine, constrained=constrained, temperature=0.0, warm=True)
+        speed.append({"config": label, "k": k, "constrained": constrained, **r})
+        print(f"{label:>18} 1 lane {'json' if constrained else 'free'}: "
+              f"{r['tokens_per_second']:.1f} tok/s, accepted length {r['accepted_length']:.3f}",
+              flush=True)
+  meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+          "machine": f"{platform.machine()}, {len(jax.devices())} {jax.devices()[0].platform} "
+                     f"device(s)",
+          "model": model_id, "prompts": [p.name for p in items], "max_tokens": args.max_tokens,
+          "lanes": args.lanes, "sparse_temperature": SPARSE_TEMPERATURE,
+          "seconds": round(time.perf_counter() - start),
+          "shipped": {kind: dw.summary(dw.shipped_path(kind)) if dw.shipped_path(kind).exists()
+                      else None for kind in dw.KINDS}}
+  results = {"meta": meta, "acceptance": rows, "speed": speed}
+  if args.write:
+    from _drafter_report import write_report
+    (ROOT / "docs/results/drafters.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_report(results, ROOT / "docs/results/drafters.md")
+    print("wrote docs/results/drafters.md", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

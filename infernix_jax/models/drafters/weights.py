@@ -1,0 +1,163 @@
+"""Trained drafter weights: one safetensors file per drafter, tied to the target it serves.
+
+A file holds the drafter's parameters (float16) and, in its metadata, what they belong to:
+the format tag, the drafter kind (mtp | block), the drafter's layer config, the target's
+identity (file name and dims) and a fingerprint of the target's embedding (two checkpoints
+of one architecture differ there). `load` refuses a file whose kind, dims or fingerprint do
+not match, naming the file and both models, so trained weights never meet the wrong target.
+
+The weights trained for the embedded SmolLM2-135M-Instruct ship in `trained/` beside this
+module, each with the config that produced it and its training summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT = "infernix-drafter-v1"
+KINDS = ("mtp", "block")
+SHIPPED = Path(__file__).resolve().parent / "trained"
+EMBEDDED_STEM = "smollm2-135m-instruct"
+
+
+class DrafterWeightsError(ValueError):
+  """A drafter checkpoint is missing or belongs to another drafter or target."""
+
+
+def shipped_path(kind: str) -> Path:
+  """The shipped weights of `kind` for the embedded model."""
+  return SHIPPED / f"{EMBEDDED_STEM}.{kind}.safetensors"
+
+
+def target_fingerprint(embed) -> str:
+  """A short fingerprint of a target's embedding [Vm, D] (first 256 rows, 6 digits)."""
+  rows = np.asarray(embed[:256], np.float64)
+  return f"{np.abs(rows).sum():.6g}/{rows.sum():.6g}"
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in tree.items():
+    name = f"{prefix}{key}"
+    if isinstance(value, dict):
+      out.update(_flatten(value, name + "."))
+    else:
+      out[name] = value
+  return out
+
+
+def _unflatten(flat: dict[str, Any]) -> dict:
+  tree: dict = {}
+  for name, value in flat.items():
+    node = tree
+    *path, leaf = name.split(".")
+    for part in path:
+      node = node.setdefault(part, {})
+    node[leaf] = value
+  return tree
+
+
+def save(path, module, *, kind: str, target_cfg, target_embed, target_name: str,
+         extra: dict | None = None) -> Path:
+  """Writes `module`'s parameters (float16) with the metadata `load` checks.
+
+  Args:
+    path: the .safetensors file to write.
+    module: an `MTPHead` or `DFlashNet`.
+    kind: "mtp" or "block".
+    target_cfg, target_embed, target_name: the target the drafter was trained on.
+    extra: more metadata (e.g. the training summary), stored as JSON.
+  """
+  from flax import nnx
+  from safetensors.numpy import save_file
+  if kind not in KINDS:
+    raise ValueError(f"kind={kind!r} must be one of {KINDS}")
+  params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+  flat = {k: np.ascontiguousarray(np.asarray(v, np.float32).astype(np.float16))
+          for k, v in _flatten(params).items()}
+  meta = {"format": FORMAT, "kind": kind, "config": json.dumps(dataclasses.asdict(module.cfg)),
+          "feature_dim": str(getattr(module, "feature_dim", target_cfg.dim)),
+          "target": target_name, "target_dims": _dims(target_cfg),
+          "target_fingerprint": target_fingerprint(target_embed),
+          "extra": json.dumps(extra or {})}
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  save_file(flat, str(path), metadata=meta)
+  return path
+
+
+def _dims(cfg) -> str:
+  return f"dim={cfg.dim} layers={cfg.num_layers} vocab={cfg.vocab_size}"
+
+
+def read_metadata(path) -> dict:
+  """The metadata of a drafter checkpoint (DrafterWeightsError when it is not one)."""
+  from safetensors import safe_open
+  path = Path(path)
+  if not path.is_file():
+    raise DrafterWeightsError(f"no drafter weights at {path}")
+  with safe_open(str(path), "np") as f:
+    meta = f.metadata() or {}
+  if meta.get("format") != FORMAT:
+    raise DrafterWeightsError(f"{path} is not an infernix drafter checkpoint "
+                              f"(format {meta.get('format')!r}, expected {FORMAT!r})")
+  return meta
+
+
+def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the target"):
+  """Restores a drafter network for a target, checking that it belongs to it.
+
+  Args:
+    path: the .safetensors file.
+    kind: "mtp" or "block".
+    target_cfg, target_embed: the target the caller drafts for.
+    expected: how to name that target in errors.
+
+  Returns:
+    An `MTPHead` or `DFlashNet` holding the weights (in the target's dtype).
+
+  Raises:
+    DrafterWeightsError: missing file, another kind, or another target.
+  """
+  from flax import nnx
+  from safetensors.numpy import load_file
+
+  from infernix_jax.models.config import ModelConfig
+  from infernix_jax.models.drafters.dflash import DFlashNet
+  from infernix_jax.models.drafters.mtp import MTPHead
+  path = Path(path)
+  if not path.is_file():
+    raise DrafterWeightsError(f"no {kind} drafter weights at {path} (expected weights "
+                              f"trained for {expected}, {_dims(target_cfg)})")
+  meta = read_metadata(path)
+  if meta["kind"] != kind:
+    raise DrafterWeightsError(f"{path} holds {meta['kind']} drafter weights, not {kind}")
+  if (meta["target_dims"] != _dims(target_cfg)
+      or meta["target_fingerprint"] != target_fingerprint(target_embed)):
+    raise DrafterWeightsError(
+        f"{path} was trained for {meta['target']} ({meta['target_dims']}, embedding "
+        f"fingerprint {meta['target_fingerprint']}), not for {expected} "
+        f"({_dims(target_cfg)}, fingerprint {target_fingerprint(target_embed)})")
+  cfg = ModelConfig(**json.loads(meta["config"])).replace(dtype=target_cfg.dtype)
+  if kind == "mtp":
+    build = lambda: MTPHead(cfg, rngs=nnx.Rngs(0))  # noqa: E731
+  else:
+    build = lambda: DFlashNet(cfg, int(meta["feature_dim"]), rngs=nnx.Rngs(0))  # noqa: E731
+  graphdef, abstract = nnx.split(nnx.eval_shape(build))
+  flat = {k: np.asarray(v, np.float32).astype(cfg.jnp_dtype) for k, v in load_file(str(path)).items()}
+  want = _flatten(nnx.to_pure_dict(abstract))
+  if set(flat) != set(want) or any(flat[k].shape != want[k].shape for k in want):
+    raise DrafterWeightsError(f"{path}: parameters do not match a {kind} drafter of config "
+                              f"{meta['config']}")
+  nnx.replace_by_pure_dict(abstract, _unflatten(flat))
+  return nnx.merge(graphdef, abstract)
+
+
+def summary(path) -> dict:
+  """The training summary stored with shipped weights (empty if none)."""
+  return json.loads(read_metadata(path).get("extra", "{}"))

@@ -1,0 +1,279 @@
+"""Self-distillation corpus: the frozen target's own continuations, cached on disk.
+
+`build_corpus` frames every prompt of the mix with the model's chat template and generates
+through our engine (exact speculative decoding with n-gram + jump-forward drafts, so the
+tokens are the target's own), greedy for even items and at temperature 0.7 for odd ones,
+each with its constraint (or without, for the mix's unconstrained share). The corpus is a
+pure function of (model, mix, seed): its cache key hashes all three, and a cached corpus
+is reused as it is.
+
+`teacher_hidden` adds the target's last-layer hidden state (before the final norm) at
+every position of every sequence, from one causal forward per sequence; the teacher's
+distribution at a position is the target's LM head over it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from infernix_jax.models.kv_cache import KVCache
+from infernix_jax.train.prompts import Prompt
+
+SAMPLED_TEMPERATURE = 0.7
+
+
+def cache_root() -> Path:
+  """Where corpora are cached: $INFERNIX_JAX_CACHE/distill or ~/.cache/infernix_jax/distill."""
+  base = os.environ.get("INFERNIX_JAX_CACHE") or Path.home() / ".cache" / "infernix_jax"
+  return Path(base) / "distill"
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """One generated sequence.
+
+  Attributes:
+    name: the prompt's identity; family: its family; constrained: whether it was generated
+    under its constraint; temperature: 0 (greedy) or SAMPLED_TEMPERATURE.
+    ids: prompt + continuation token ids; prompt_len: where the continuation starts.
+  """
+
+  name: str
+  family: str
+  constrained: bool
+  temperature: float
+  ids: tuple[int, ...]
+  prompt_len: int
+
+
+
+TINY_RANDOM = "tiny-random"
+
+
+def load_target(path=None, layout: str = "unrolled"):
+  """The frozen target: (cfg, model, tok, vocab, compiler) and its identity string.
+
+  Args:
+    path: a GGUF file; None: the embedded SmolLM2-135M-Instruct; "tiny-random": a random
+      two-layer model with the embedded model's vocabulary and tokenizer (smoke runs: the
+      whole pipeline in seconds, nothing learnable).
+    layout: the model layout (unrolled decodes fastest on CPU).
+  """
+  from infernix_jax import constrain as ic
+  from infernix_jax import models as im
+  default = im.default_model_path()
+  if path == TINY_RANDOM:
+    source = default
+    cfg = im.ModelConfig(vocab_size=49152, dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                         head_dim=16, ffn_dim=128, tie_embeddings=True)
+    model = im.Transformer(cfg, rngs=nnx.Rngs(0))
+    name = TINY_RANDOM
+  else:
+    path = Path(path) if path else default
+    cfg, model, source = im.load_gguf(path, layout=layout)
+    name = path.name
+  tok = im.load_tokenizer(source)
+  vocab = ic.Vocabulary.from_gguf(source)
+  return (cfg, model, tok, vocab, ic.ConstraintCompiler(vocab)), model_identity(name, cfg)
+
+
+def model_identity(name, cfg) -> str:
+  """"<file name>:<dim>x<layers>:<vocab>": what a trained drafter is tied to."""
+  return f"{name}:{cfg.dim}x{cfg.num_layers}:{cfg.vocab_size}"
+
+
+def corpus_key(model_id: str, prompts: Sequence[Prompt], seed: int) -> str:
+  """A stable hash of (model identity, prompts with their constraints and budgets, seed)."""
+  h = hashlib.sha256(f"{model_id}|{seed}|{SAMPLED_TEMPERATURE}".encode())
+  for p in prompts:
+    h.update(json.dumps(dataclasses.asdict(p), sort_keys=True).encode())
+  return h.hexdigest()[:16]
+
+
+def constraint_of(p: Prompt):
+  from infernix_jax import constrain as ic
+  if p.constraint is None:
+    return None
+  kind, arg = p.constraint
+  if kind == "json_schema":
+    return ic.OutputConstraint.json_schema(arg)
+  if kind == "choice":
+    return ic.OutputConstraint.choice(arg)
+  raise ValueError(f"unknown constraint kind {kind!r} in prompt {p.name!r}")
+
+
+def framed_ids(tok, prompt: Prompt) -> list[int]:
+  """The prompt as the CLI's --chat feeds it: the chat template with the assistant header."""
+  from infernix_jax.runtime import cli
+  return list(tok.encode(cli.frame_prompt(tok, prompt.text)))
+
+
+def generate(target, prompts: Sequence[Prompt], *, seed: int, lanes: int = 4,
+             capacity: int = 1024, log=sys.stderr) -> tuple[list[Record], dict]:
+  """Generates one continuation per prompt through the engine, all submitted at once
+  (continuous batching). The drafter is grammar jump-forward alone: on this compute-bound
+  CPU every verified token counts, and forced tokens are the only drafts never rejected.
+
+  Args:
+    target: (cfg, model, tok, vocab, compiler) of the frozen target.
+    prompts: the mix.
+    seed: sampling seed (item i samples with seed + i).
+    lanes: engine lanes; capacity: per-lane KV capacity (longer prompts are skipped).
+
+  Returns:
+    (records, skipped {reason: count}).
+  """
+  from infernix_jax import constrain as ic
+  from infernix_jax.progress import Progress
+  from infernix_jax.runtime import (Engine, GenerationRequest, SamplingOptions, compile_cache,
+                                    drafters)
+  compile_cache.enable()
+  cfg, model, tok, vocab, compiler = target
+  engine = Engine(model, vocab, drafters.create("none", k=4, jump_forward=True),
+                  lanes=lanes, capacity=capacity, compiler=compiler, cfg=cfg)
+  skipped: dict[str, int] = {}
+
+  def skip(why):
+    skipped[why] = skipped.get(why, 0) + 1
+
+  pending = {}
+  for i, p in enumerate(prompts):
+    ids = framed_ids(tok, p)
+    if len(ids) + p.max_tokens + 2 * (engine.k + 1) > capacity:
+      skip("longer than the capacity")
+      continue
+    try:
+      constraint = constraint_of(p)
+      if constraint is not None:
+        compiler.compile(constraint)
+    except ic.ConstraintError as e:
+      skip(type(e).__name__)
+      continue
+    temperature = 0.0 if i % 2 == 0 else SAMPLED_TEMPERATURE
+    rid = engine.submit(GenerationRequest(
+        ids, max_tokens=p.max_tokens, constraint=constraint,
+        sampling=SamplingOptions(temperature=temperature, seed=seed + i)))
+    pending[rid] = (i, p, ids, temperature)
+  bar = Progress(len(pending), "corpus", stream=log)
+  done: dict[int, Record] = {}
+  start, tokens, finished = time.perf_counter(), 0, 0
+  while engine.host.waiting or engine.host.any_active():
+    engine.step()
+    for rid in [r for r in pending if r in engine.host.results]:
+      i, p, ids, temperature = pending.pop(rid)
+      r = engine.result(rid)
+      finished += 1
+      if r.error:
+        skip(f"generation error ({r.error_kind})")
+        continue
+      out = list(r.token_ids)
+      if r.finish_reason.value == "stop":
+        out.append(min(vocab.eos_ids))
+      done[i] = Record(p.name, p.family, p.constraint is not None, temperature,
+                       tuple(ids) + tuple(out), len(ids))
+      tokens += len(out)
+    bar.update(finished, tokens=tokens, tok_s=tokens / max(time.perf_counter() - start, 1e-9))
+  bar.close()
+  return [done[i] for i in sorted(done)], skipped
+
+
+def save(path: Path, records: Sequence[Record], meta: dict) -> None:
+  path.mkdir(parents=True, exist_ok=True)
+  tmp = path / "corpus.json.tmp"
+  tmp.write_text(json.dumps({"meta": meta, "records": [dataclasses.asdict(r) for r in records]}))
+  tmp.replace(path / "corpus.json")
+
+
+def load(path: Path) -> tuple[list[Record], dict]:
+  blob = json.loads((path / "corpus.json").read_text())
+  records = [Record(**{**r, "ids": tuple(r["ids"])}) for r in blob["records"]]
+  return records, blob["meta"]
+
+
+def build_corpus(target, model_id: str, prompts: Sequence[Prompt], *, seed: int,
+                 lanes: int = 4, root: Path | None = None, log=sys.stderr):
+  """The cached corpus of (model, prompts, seed), generated on first use.
+
+  Returns:
+    (records, meta, directory).
+  """
+  key = corpus_key(model_id, prompts, seed)
+  directory = (root or cache_root()) / key
+  if (directory / "corpus.json").exists():
+    records, meta = load(directory)
+    print(f"corpus: cached {directory} ({len(records)} sequences)", file=log, flush=True)
+    return records, meta, directory
+  start = time.perf_counter()
+  records, skipped = generate(target, prompts, seed=seed, lanes=lanes, log=log)
+  meta = {"model": model_id, "seed": seed, "prompts": len(prompts), "skipped": skipped,
+          "seconds": round(time.perf_counter() - start, 1),
+          "continuation_tokens": sum(len(r.ids) - r.prompt_len for r in records)}
+  save(directory, records, meta)
+  return records, meta, directory
+
+
+TEACHER_CHUNK = 128
+
+
+def _hidden_of(graphdef, state, cfg, ids) -> np.ndarray:
+  """Hidden states [N, D] of one sequence, in chunks through a KV cache (attention costs
+  chunk x length, not length squared)."""
+  n = len(ids)
+  chunks = -(-n // TEACHER_CHUNK)
+  capacity = 256 * -(-chunks * TEACHER_CHUNK // 256)
+  cache = KVCache.init(cfg, batch=1, capacity=capacity)
+  tokens = np.zeros((chunks * TEACHER_CHUNK,), np.int32)
+  tokens[:n] = ids
+  out = []
+  for c in range(chunks):
+    hidden, cache = _chunk(graphdef, state, cache,
+                           jnp.asarray(tokens[None, c * TEACHER_CHUNK:(c + 1) * TEACHER_CHUNK]))
+    out.append(np.asarray(hidden[0], np.float32))
+  return np.concatenate(out)[:n].astype(np.float16)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def _chunk(graphdef, state, cache, tokens):
+  """Hidden states of tokens [1, C] after the cache's entries; the cache advanced by C."""
+  model = nnx.merge(graphdef, state)
+  hidden, cache = model(tokens, cache)
+  return hidden, cache.with_lengths(cache.lengths + tokens.shape[1])
+
+
+def teacher_hidden(cfg, model, records: Sequence[Record], directory: Path | None = None,
+                   log=sys.stderr) -> list[np.ndarray]:
+  """The target's hidden state [N, D] (float16) at every position of every record.
+
+  Cached beside the corpus as hidden.npy (all records concatenated) when `directory` is set.
+  """
+  lengths = [len(r.ids) for r in records]
+  offsets = np.concatenate([[0], np.cumsum(lengths)])
+  path = directory / "hidden.npy" if directory is not None else None
+  if path is not None and path.exists():
+    flat = np.load(path, mmap_mode="r")
+    if flat.shape == (offsets[-1], cfg.dim):
+      return [np.asarray(flat[offsets[i]:offsets[i + 1]]) for i in range(len(records))]
+  graphdef, state = nnx.split(model)
+  flat = np.zeros((offsets[-1], cfg.dim), np.float16)
+  start = time.perf_counter()
+  for n, r in enumerate(records):
+    flat[offsets[n]:offsets[n + 1]] = _hidden_of(graphdef, state, cfg, r.ids)
+    if n % 50 == 49:
+      print(f"teacher: {n + 1}/{len(records)} sequences, "
+            f"{time.perf_counter() - start:.0f} s", file=log, flush=True)
+  if path is not None:
+    np.save(path, flat)
+  return [flat[offsets[i]:offsets[i + 1]] for i in range(len(records))]

@@ -1,0 +1,162 @@
+"""Distillation losses of the MTP head and the block drafter, in their inference layouts.
+
+Both train on one sequence at a time (vmapped over a batch) with the frozen target's hidden
+states H [N, D] (H[j] predicted token j + 1) and A sampled anchors per sequence. An anchor
+a is the last committed token of a round; draft i (1..K) predicts token a + i, whose
+teacher distribution is the target's softmax over LM_head(final_norm(H[a + i - 1])).
+
+Loss: mean KL(teacher || drafter) over the valid (anchor, position) pairs + ce_weight * mean
+CE of the sequence's token over the pairs whose token the target generated (the CE term
+carries what the constraint made the target emit; prompt tokens get the KL only).
+Per-position top-1 agreement is returned as a metric.
+
+Layouts (they reproduce what `propose` computes, so trained weights transfer as they are):
+  MTP: depth 1 is the causal layer over every context pair (H[j - 1], x[j]); depth i >= 2
+    for anchor a is one query at position a + i - 1 fed (g of depth i - 1, x[a + i - 1]),
+    reading the depth-1 keys at positions <= a and its own chain's earlier entries
+    (the training-time chain of EAGLE-3; the true token stands for the draft).
+  Block: context entry j carries feature H[j - 1] at position j; anchor a's block
+    [x[a], MASK x K] sits at positions a + 1 .. a + 1 + K and reads context entries <= a
+    and its whole block.
+
+Axis letters: N sequence (padded), A anchors, K drafts, T = K + 1, D width, Vm vocab.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from infernix_jax.models import _layers
+from infernix_jax.models.drafters.base import TargetHead
+from infernix_jax.models.transformer import decoder_layer
+
+
+def teacher_logits(hidden, final_norm, head: TargetHead, eps: float):
+  """Target hidden [..., D] -> f32 logits [..., Vm]."""
+  return head.logits(_layers.rms_norm(hidden, final_norm, eps))
+
+
+def _kl_ce(student, teacher, token):
+  """Per-row KL(teacher || student) and CE(token) for f32 logits [..., Vm]."""
+  log_q = jax.nn.log_softmax(student, axis=-1)
+  log_p = jax.nn.log_softmax(teacher, axis=-1)
+  kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+  ce = -jnp.take_along_axis(log_q, token[..., None], axis=-1)[..., 0]
+  return kl, ce, jnp.argmax(student, -1) == jnp.argmax(teacher, -1)
+
+
+def _reduce(kl, ce, agree, valid, ce_valid, ce_weight):
+  """[A, K] terms -> (loss, metrics with per-position means)."""
+  w, wc = valid.astype(jnp.float32), ce_valid.astype(jnp.float32)
+  total, total_ce = jnp.maximum(w.sum(), 1.0), jnp.maximum(wc.sum(), 1.0)
+  per_pos = jnp.maximum(w.sum(0), 1.0)
+  kl_mean, ce_mean = jnp.sum(kl * w) / total, jnp.sum(ce * wc) / total_ce
+  return kl_mean + ce_weight * ce_mean, {"kl": kl_mean, "ce": ce_mean,
+                                         "top1": jnp.sum(agree * w, 0) / per_pos,
+                                         "weight": w.sum(0)}
+
+
+def _anchor_targets(ids, anchors, anchor_ok, n_valid, k):
+  """Positions a + i - 1 (teacher rows), tokens a + i, validity: each [A, K]."""
+  steps = jnp.arange(1, k + 1, dtype=jnp.int32)
+  pos = anchors[:, None] + steps[None, :] - 1
+  valid = anchor_ok[:, None] & (pos + 1 < n_valid)
+  tokens = jnp.take(ids, jnp.clip(pos + 1, 0, ids.shape[0] - 1))
+  return jnp.clip(pos, 0, ids.shape[0] - 1), tokens, valid
+
+
+def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
+  """Student logits f32[A, K, Vm] of an MTP head (params: pure dict of `MTPHead`).
+
+  Args:
+    cfg: the head's config (`MTPHead.cfg`).
+    ids: i32[N] tokens (the true tokens stand for the drafts of the chain).
+    hidden: [N, D] the target's hidden states.
+    anchors: i32[A] anchor positions.
+  """
+  eps = cfg.norm_eps
+  n = ids.shape[0]
+  p = jax.tree.map(lambda x: x[0], params["layers"])  # the single layer
+  dt = cfg.jnp_dtype
+
+  def fuse(h, tok):
+    emb = jnp.take(head.embed, tok, axis=0).astype(dt)
+    both = jnp.concatenate([_layers.rms_norm(h.astype(dt), params["hidden_norm"], eps),
+                            _layers.rms_norm(emb, params["embed_norm"], eps)], axis=-1)
+    return both @ params["proj"]
+
+  prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0)  # H[j - 1]
+  x = fuse(prev, ids)[None]  # [1, N, D]
+  pos = jnp.arange(n, dtype=jnp.int32)[None]
+  cos, sin = _layers.rope_tables(pos, cfg.head_dim, cfg.rope_theta)
+  causal = (jnp.arange(n)[None, :] <= jnp.arange(n)[:, None])[None]
+  empty = jnp.zeros((1, 0, cfg.num_kv_heads, cfg.head_dim), dt)
+  g1, k1, v1 = decoder_layer(cfg, p, x, empty, empty, cos, sin, causal)  # [1, N, ...]
+
+  a = anchors.shape[0]
+  g = jnp.take(g1[0], anchors, axis=0)  # [A, D]
+  outs = [g]
+  ctx_ok = jnp.arange(n)[None, :] <= anchors[:, None]  # [A, N]
+  keys = jnp.broadcast_to(k1, (a,) + k1.shape[1:])
+  values = jnp.broadcast_to(v1, (a,) + v1.shape[1:])
+  for i in range(2, k + 1):
+    tok = jnp.take(ids, jnp.clip(anchors + i - 1, 0, n - 1))
+    xi = fuse(g, tok)[:, None]  # [A, 1, D]
+    cos_i, sin_i = _layers.rope_tables((anchors + i - 1)[:, None], cfg.head_dim,
+                                       cfg.rope_theta)
+    mask = jnp.concatenate([ctx_ok, jnp.ones((a, i - 1), bool)], axis=-1)[:, None]
+    out, ki, vi = decoder_layer(cfg, p, xi, keys, values, cos_i, sin_i, mask)
+    keys = jnp.concatenate([keys, ki], axis=1)
+    values = jnp.concatenate([values, vi], axis=1)
+    g = out[:, 0]
+    outs.append(g)
+  gs = jnp.stack(outs, axis=1)  # [A, K, D]
+  return head.logits(_layers.rms_norm(gs, params["final_norm"], eps))
+
+
+def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
+  """Student logits f32[A, K, Vm] of a block drafter (params: pure dict of `DFlashNet`)."""
+  eps, dt = cfg.norm_eps, cfg.jnp_dtype
+  n, a, t = ids.shape[0], anchors.shape[0], k + 1
+  prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0).astype(dt)
+  feats = _layers.rms_norm(prev @ params["fc"], params["feature_norm"], eps)[None]  # [1,N,D]
+  cos_c, sin_c = _layers.rope_tables(jnp.arange(n, dtype=jnp.int32)[None], cfg.head_dim,
+                                     cfg.rope_theta)
+  blk_pos = anchors[:, None] + 1 + jnp.arange(t, dtype=jnp.int32)[None]  # [A, T]
+  cos_b, sin_b = _layers.rope_tables(blk_pos, cfg.head_dim, cfg.rope_theta)
+  anchor_emb = jnp.take(head.embed, jnp.take(ids, anchors), axis=0).astype(dt)
+  x = jnp.concatenate([anchor_emb[:, None],
+                       jnp.broadcast_to(params["mask_embed"], (a, k, cfg.dim))], axis=1)
+  ctx_ok = jnp.arange(n)[None, :] <= anchors[:, None]  # [A, N]
+  mask = jnp.concatenate([jnp.broadcast_to(ctx_ok[:, None], (a, t, n)),
+                          jnp.ones((a, t, t), bool)], axis=-1)
+  layers = params["layers"]
+  for layer in range(cfg.num_layers):
+    p = jax.tree.map(lambda w, layer=layer: w[layer], layers)
+    _, kc, vc = _layers.project_qkv(cfg, p, feats, cos_c, sin_c)  # [1, N, G, H]
+    x, _, _ = decoder_layer(cfg, p, x, jnp.broadcast_to(kc, (a,) + kc.shape[1:]),
+                            jnp.broadcast_to(vc, (a,) + vc.shape[1:]), cos_b, sin_b, mask)
+  return head.logits(_layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, Vm]
+
+
+LOGITS = {"mtp": mtp_logits, "block": block_logits}
+
+
+def distill_loss(kind: str, params, cfg, head: TargetHead, final_norm, ids, hidden, n_valid,
+                 prompt_len, anchors, anchor_ok, *, k: int, ce_weight: float):
+  """(loss, metrics) of drafter `kind` ("mtp" | "block") on one sequence.
+
+  Args:
+    params: the drafter's parameters (pure dict); cfg: its config.
+    head, final_norm: the target's shared, frozen head and final norm weight.
+    ids: i32[N]; hidden: [N, D]; n_valid: the real length; prompt_len: where the target's
+      own tokens start (CE applies to those only; KL to every position);
+      anchors: i32[A]; anchor_ok: bool[A].
+  """
+  student = LOGITS[kind](params, cfg, head, ids, hidden, anchors, k)
+  tpos, tokens, valid = _anchor_targets(ids, anchors, anchor_ok, n_valid, k)
+  rows = jnp.take(hidden, tpos, axis=0).astype(cfg.jnp_dtype)
+  teacher = teacher_logits(rows, final_norm, head, cfg.norm_eps)
+  ce_valid = valid & (tpos + 1 >= prompt_len)
+  return _reduce(*_kl_ce(student, teacher, tokens), valid, ce_valid, ce_weight)

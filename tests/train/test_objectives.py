@@ -1,0 +1,92 @@
+"""The training layouts reproduce inference: the student logits the objectives train are the
+ones `propose` drafts from (MTP chain with the true tokens = the drafts; block queries), on a
+tiny random target; and the loss terms against an FP64 numpy KL / CE."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from infernix_jax import models as im
+from infernix_jax.models import drafters as dr
+from infernix_jax.models.kv_cache import KVCache
+from infernix_jax.train import objectives
+from tests.models.test_drafters import _randomize
+
+V, K = 61, 4
+CFG = im.ModelConfig(vocab_size=V, dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                     head_dim=8, ffn_dim=48, qk_norm=False, tie_embeddings=True)
+PROMPT = [5, 17, 2, 40, 33, 8, 8, 21, 3]
+
+
+@pytest.fixture(scope="module")
+def target():
+  model, _ = _randomize(im.Transformer(CFG, rngs=nnx.Rngs(0)), 1)
+  return model, dr.TargetHead.from_model(model)
+
+
+def _hidden(model, ids):
+  _, hidden = im.forward(*nnx.split(model), jnp.asarray([ids], jnp.int32))
+  return hidden[0]
+
+
+def _context(model, ids):
+  """The prefill DraftContext of `ids`: hidden shifted right by one."""
+  h = _hidden(model, ids)
+  shifted = jnp.concatenate([jnp.zeros_like(h[:1]), h[:-1]], axis=0)
+  return dr.DraftContext(tokens=jnp.asarray([ids], jnp.int32), hidden=shifted[None],
+                         counts=jnp.asarray([len(ids)], jnp.int32))
+
+
+@pytest.mark.parametrize("kind", ["mtp", "block"])
+def test_training_logits_equal_the_proposal(target, kind):
+  model, head = target
+  if kind == "mtp":
+    net, _ = _randomize(dr.MTPHead(CFG, rngs=nnx.Rngs(2)), 3)
+    drafter = dr.MTPDrafter.create(net, head, K)
+  else:
+    net, _ = _randomize(dr.DFlashNet(CFG.replace(num_layers=2), CFG.dim, rngs=nnx.Rngs(2)), 3)
+    drafter = dr.DFlashDrafter.create(net, head, K)
+  drafts, _, _ = drafter.propose(drafter.init_state(1, 64), _context(model, PROMPT))
+  drafts = [int(t) for t in np.asarray(drafts[0])]
+  ids = PROMPT + drafts  # the true continuation equals the drafts
+  hidden = _hidden(model, ids)
+  params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
+  logits = objectives.LOGITS[kind](params, net.cfg, head, jnp.asarray(ids), hidden,
+                                   jnp.asarray([len(PROMPT) - 1]), K)
+  assert np.argmax(np.asarray(logits[0]), -1).tolist() == drafts
+  # Logits gaps make the argmax check strict: the winners are well separated.
+  top2 = np.sort(np.asarray(logits[0]), -1)[:, -2:]
+  assert np.all(top2[:, 1] - top2[:, 0] > 1e-3)
+
+
+def test_loss_terms_match_fp64(target):
+  model, head = target
+  net, _ = _randomize(dr.MTPHead(CFG, rngs=nnx.Rngs(4)), 5)
+  ids = PROMPT + [11, 12, 13, 14, 15]
+  hidden = _hidden(model, ids)
+  params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
+  anchors, ok = jnp.asarray([8, 10, 12]), jnp.asarray([True, True, False])
+  n = len(ids)
+  p_len = 11  # CE only on tokens 11.. (the "generated" part); KL everywhere
+  loss, m = objectives.distill_loss("mtp", params, net.cfg, head, model.final_norm[...],
+                                    jnp.asarray(ids), hidden, n, p_len, anchors, ok, k=K,
+                                    ce_weight=0.5)
+  student = np.asarray(objectives.mtp_logits(params, net.cfg, head, jnp.asarray(ids), hidden,
+                                             anchors, K), np.float64)
+  teacher = np.asarray(model.logits(hidden), np.float64)
+  kls, ces = [], []
+  for r, a in enumerate([8, 10]):
+    for i in range(1, K + 1):
+      if a + i >= n:
+        continue
+      lq = student[r, i - 1] - np.logaddexp.reduce(student[r, i - 1])
+      lp = teacher[a + i - 1] - np.logaddexp.reduce(teacher[a + i - 1])
+      kls.append(np.sum(np.exp(lp) * (lp - lq)))
+      if a + i >= p_len:
+        ces.append(-lq[ids[a + i]])
+  np.testing.assert_allclose(float(m["kl"]), np.mean(kls), rtol=1e-4)
+  np.testing.assert_allclose(float(m["ce"]), np.mean(ces), rtol=1e-4)
+  np.testing.assert_allclose(float(loss), np.mean(kls) + 0.5 * np.mean(ces), rtol=1e-4)
+  assert m["weight"].tolist() == [2, 2, 2, 1]  # anchor 10 has 3 targets; 12 is masked
