@@ -55,11 +55,19 @@ def parse_args(argv=None):
   ap.add_argument("--lanes", type=int, default=4, help="lanes of the acceptance runs")
   ap.add_argument("--no-speed", action="store_true", help="skip the 1-lane timed runs")
   ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens, K=4, T=0")
+  ap.add_argument("--acceptance-ks", default="",
+                  help="K values for the untrained heads and ngram alone (default: --ks)")
+  ap.add_argument("--json", default="", help="also write the raw results to this file")
+  ap.add_argument("--merge", default="", help="comma-separated raw results of earlier runs "
+                  "(parts of the matrix) to report together with this run's")
+  ap.add_argument("--no-acceptance", action="store_true", help="only the timed runs")
   ap.add_argument("--write", action="store_true")
   args = ap.parse_args(argv)
   if args.quick:
     args.prompts, args.max_tokens, args.ks, args.temperatures = 2, 16, "4", "0"
   args.ks = [int(k) for k in args.ks.split(",")]
+  args.acceptance_ks = ([int(k) for k in args.acceptance_ks.split(",")]
+                        if args.acceptance_ks else args.ks)
   args.temperatures = [float(t) for t in args.temperatures.split(",")]
   args.configs = args.configs.split(",")
   unknown = [c for c in args.configs if c not in CONFIGS]
@@ -125,8 +133,9 @@ def main(argv=None) -> int:
             "tokens_per_second": round(acc.tokens_per_second, 2)}
 
   rows = []
-  for label in args.configs:
-    for k in args.ks:
+  side = {"ngram", "mtp untrained", "dflash untrained"}  # reference rows: fewer K suffice
+  for label in ([] if args.no_acceptance else args.configs):
+    for k in (args.acceptance_ks if label in side else args.ks):
       engine = make_engine(target, label, k, lanes=args.lanes)
       for temperature in args.temperatures:
         for constrained in (True, False):
@@ -146,7 +155,7 @@ def main(argv=None) -> int:
   speed = []
   if not args.no_speed:
     k = 4 if 4 in args.ks else args.ks[0]
-    for label in ["none", "jump"] + args.configs:
+    for label in ["none", "jump"] + [c for c in args.configs if "untrained" not in c]:
       engine = make_engine(target, label, k, lanes=1)
       engine.warmup()
       for constrained in (True, False):
@@ -164,6 +173,13 @@ def main(argv=None) -> int:
           "shipped": {kind: dw.summary(dw.shipped_path(kind)) if dw.shipped_path(kind).exists()
                       else None for kind in dw.KINDS}}
   results = {"meta": meta, "acceptance": rows, "speed": speed}
+  if args.json:
+    Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+  for part in filter(None, args.merge.split(",")):
+    earlier = json.loads(Path(part).read_text())
+    results["acceptance"] = earlier["acceptance"] + results["acceptance"]
+    results["speed"] = earlier["speed"] + results["speed"]
+    results["meta"]["seconds"] += earlier["meta"]["seconds"]
   if args.write:
     from _drafter_report import write_report
     (ROOT / "docs/results/drafters.json").write_text(json.dumps(results, indent=1) + "\n")

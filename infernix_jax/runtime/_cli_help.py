@@ -16,7 +16,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "choice", "lenient", "backend", "device-automaton", "tools-file",
                     "tool-choice", "thinking-budget", "unconstrained", "stop")),
     ("drafting", ("drafter", "k", "ngram-n", "jump-forward", "masked-q", "draft-model",
-                  "bridge")),
+                  "drafter-weights", "bridge")),
     ("sampling", ("temperature", "top-k", "top-p", "min-p", "seed", "presence-penalty",
                   "frequency-penalty", "max-tokens")),
     ("output", ("json-out", "stream", "warmup", "compile-cache")),

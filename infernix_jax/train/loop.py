@@ -208,6 +208,9 @@ def train(c, log=sys.stderr) -> dict:
     params, opt_state, start_step = restored["params"], restored["opt_state"], latest
     if (workdir / "history.json").exists():
       history = json.loads((workdir / "history.json").read_text())
+    # A resumed run with more steps stretches the cosine schedule from here on: record it,
+    # so the exported summary says how the weights were really produced.
+    history.setdefault("segments", []).append({"from_step": latest, "to_step": c.steps})
     print(f"train: resumed from step {latest} in {workdir}", file=log, flush=True)
 
   def save(step):

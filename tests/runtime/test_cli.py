@@ -29,6 +29,10 @@ def run_cli(args):
     (["generate", "--backend=magic"], "--backend='magic' must be auto or one of xgrammar, trie, "
                                       "llguidance"),
     (["generate", "--drafter=draft"], "--draft-model"),
+    (["generate", "--drafter=ngram", "--drafter-weights=random"],
+     "--drafter-weights applies to --drafter mtp, dflash or dflash2, not 'ngram'"),
+    (["generate", "--drafter=mtp", "--drafter-weights=/nonexistent/m.safetensors"],
+     "--drafter-weights='/nonexistent/m.safetensors': no such file"),
     (["generate", "--choice=a", "--stop=b"], "--stop cannot be combined"),
     (["generate", "--unconstrained", "--json-object"], "--unconstrained conflicts"),
     (["generate", "--json-schema-file=/nonexistent/s.json"],

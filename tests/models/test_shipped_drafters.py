@@ -1,0 +1,64 @@
+"""The shipped drafter weights belong to the embedded model and are trained: on a prompt
+outside the training mix and the target's own greedy continuation, their first draft
+agrees with the target's next token far more often than an untrained head's, in the
+objectives' teacher-forced layout (the one `propose` computes)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from infernix_jax.models import drafters as dr
+from infernix_jax.models.drafters import weights as dw
+
+
+@pytest.fixture(scope="module")
+def embedded():
+  from infernix_jax import models as im
+  try:
+    cfg, model, source = im.load_default()
+  except Exception as e:  # noqa: BLE001
+    pytest.skip(f"embedded model absent: {e}")
+  return cfg, model, im.load_tokenizer(source)
+
+
+def _sequence(cfg, model, tok):
+  """A validation chat prompt + the target's greedy continuation, and its hidden states."""
+  from infernix_jax import models as im
+  from infernix_jax.runtime import cli
+  question = "Describe a healthy breakfast in two sentences."  # not in the training mix
+  ids = list(tok.encode(cli.frame_prompt(tok, question)))
+  p_len = len(ids)
+  gd, st = nnx.split(model)
+  for _ in range(24):
+    logits, _ = im.forward(gd, st, jnp.asarray([ids], jnp.int32))
+    ids.append(int(jnp.argmax(logits[0, -1])))
+  _, hidden = im.forward(gd, st, jnp.asarray([ids], jnp.int32))
+  return ids, hidden[0], p_len
+
+
+@pytest.mark.parametrize("kind", dw.KINDS)
+def test_shipped_weights_load_and_beat_an_untrained_head(embedded, kind):
+  from infernix_jax.train import objectives
+  cfg, model, tok = embedded
+  path = dw.shipped_path(kind)
+  assert path.is_file(), f"shipped weights missing: {path}"
+  net = dw.load(path, kind, cfg, model.embed[...])
+  summary = dw.summary(path)
+  assert summary["target"].startswith("SmolLM2-135M-Instruct") and summary["steps"] > 0
+  assert path.stat().st_size <= 20e6
+  head = dr.TargetHead.from_model(model)
+  ids, hidden, p_len = _sequence(cfg, model, tok)
+  anchors = jnp.arange(p_len - 1, len(ids) - 1, dtype=jnp.int32)
+  target_next = np.asarray(ids[p_len:])
+
+  def agreement(module):
+    params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+    logits = objectives.LOGITS[kind](params, module.cfg, head, jnp.asarray(ids), hidden,
+                                     anchors, 1)
+    return float(np.mean(np.argmax(np.asarray(logits[:, 0]), -1) == target_next))
+
+  rand = (dr.MTPHead(cfg, rngs=nnx.Rngs(0)) if kind == "mtp"
+          else dr.DFlashNet(net.cfg, cfg.dim, rngs=nnx.Rngs(0)))
+  trained, untrained = agreement(net), agreement(rand)
+  assert trained >= 0.2 and trained > untrained + 0.15, (trained, untrained)
