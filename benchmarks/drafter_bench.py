@@ -59,7 +59,8 @@ def parse_args(argv=None):
                   help="K values for the untrained heads and ngram alone (default: --ks)")
   ap.add_argument("--json", default="", help="also write the raw results to this file")
   ap.add_argument("--merge", default="", help="comma-separated raw results of earlier runs "
-                  "(parts of the matrix) to report together with this run's")
+                  "(parts of the matrix) to report with this run's; for a repeated setting "
+                  "this run's row wins, then the later file's")
   ap.add_argument("--no-acceptance", action="store_true", help="only the timed runs")
   ap.add_argument("--write", action="store_true")
   args = ap.parse_args(argv)
@@ -107,6 +108,52 @@ def make_engine(target, label, k, *, lanes, masked_q=True):
                 masked_q=masked_q, cfg=cfg)
 
 
+def drafting_costs(target, k: int, repeats: int = 20) -> dict:
+  """Milliseconds of one proposal of each trained network at batch 1 and of its K head
+  products alone (the shared target head, [1, D] x [D, Vm]), beside one target verify of
+  K + 1 positions: how much of drafting the full-vocabulary head costs on this machine."""
+  import jax
+  import jax.numpy as jnp
+  from _timing import median_ms
+  from flax import nnx
+
+  from infernix_jax import models as im
+  from infernix_jax.models import drafters as md
+  from infernix_jax.models.drafters import weights as dw
+  from infernix_jax.models.kv_cache import KVCache
+  cfg, model = target[0], target[1]
+  head = md.TargetHead.from_model(model)
+  out = {}
+  ctx = md.DraftContext(tokens=jnp.ones((1, 1), jnp.int32),
+                        hidden=jnp.ones((1, 1, cfg.dim), jnp.float32),
+                        counts=jnp.ones((1,), jnp.int32))
+  for kind in dw.KINDS:
+    net = dw.load(dw.shipped_path(kind), kind, cfg, model.embed[...])
+    d = (md.MTPDrafter.create(net, head, k) if kind == "mtp"
+         else md.DFlashDrafter.create(net, head, k))
+    state = d.init_state(1, 512)
+
+    def propose(d=d, state=state):
+      ids, _, _ = d.propose(jax.tree.map(jnp.copy, state), ctx)
+      ids.block_until_ready()
+    out[f"{kind}_propose_ms"] = round(median_ms(propose, repeats), 3)
+  h = jnp.ones((k, cfg.dim), jnp.float32)
+  logits = jax.jit(lambda h: head.logits(h[:, None]).argmax(-1))
+  one = jax.jit(lambda h: head.logits(h).argmax(-1))
+  out["head_k_rows_ms"] = round(median_ms(lambda: logits(h).block_until_ready(), repeats), 3)
+  out["head_one_row_ms"] = round(median_ms(lambda: one(h[:1]).block_until_ready(), repeats), 3)
+  graphdef, state = nnx.split(model)
+  cache = KVCache.init(cfg, batch=1, capacity=512).with_lengths(jnp.full((1,), 200, jnp.int32))
+  toks = jnp.ones((1, k + 1), jnp.int32)
+  box = [cache]  # verify donates the cache and hands it back (lengths unchanged)
+
+  def verify():
+    logits, _, box[0] = im.verify(graphdef, state, box[0], toks)
+    logits.block_until_ready()
+  out["verify_ms"] = round(median_ms(verify, repeats), 3)
+  return out
+
+
 def main(argv=None) -> int:
   args = parse_args(argv)
   import jax
@@ -133,7 +180,10 @@ def main(argv=None) -> int:
             "tokens_per_second": round(acc.tokens_per_second, 2)}
 
   rows = []
-  side = {"ngram", "mtp untrained", "dflash untrained"}  # reference rows: fewer K suffice
+  # Reference rows and the jump-forward variants of the trained drafters run at
+  # --acceptance-ks only (K = 4 by default in the recorded run); the rest at every K.
+  side = {"ngram", "mtp untrained", "dflash untrained", "mtp+jump", "dflash+jump",
+          "dflash2+jump"}
   for label in ([] if args.no_acceptance else args.configs):
     for k in (args.acceptance_ks if label in side else args.ks):
       engine = make_engine(target, label, k, lanes=args.lanes)
@@ -152,8 +202,10 @@ def main(argv=None) -> int:
                        "constrained": True, "masked_q": False, **r})
           print(f"{label:>18} K={k} T={temperature} json, masked q off: "
                 f"accepted length {r['accepted_length']:.3f}", flush=True)
-  speed = []
+  speed, costs = [], {}
   if not args.no_speed:
+    costs = drafting_costs(target, 4 if 4 in args.ks else args.ks[0])
+    print(f"# drafting costs: {costs}", flush=True)
     k = 4 if 4 in args.ks else args.ks[0]
     for label in ["none", "jump"] + [c for c in args.configs if "untrained" not in c]:
       engine = make_engine(target, label, k, lanes=1)
@@ -172,13 +224,17 @@ def main(argv=None) -> int:
           "seconds": round(time.perf_counter() - start),
           "shipped": {kind: dw.summary(dw.shipped_path(kind)) if dw.shipped_path(kind).exists()
                       else None for kind in dw.KINDS}}
-  results = {"meta": meta, "acceptance": rows, "speed": speed}
+  results = {"meta": meta, "acceptance": rows, "speed": speed, "costs": costs}
   if args.json:
     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-  for part in filter(None, args.merge.split(",")):
+  key = lambda r: (r["config"], r["k"], r.get("temperature"), r["constrained"],  # noqa: E731
+                   r.get("masked_q"))
+  for part in reversed([p for p in args.merge.split(",") if p]):  # later parts win
     earlier = json.loads(Path(part).read_text())
-    results["acceptance"] = earlier["acceptance"] + results["acceptance"]
-    results["speed"] = earlier["speed"] + results["speed"]
+    for field in ("acceptance", "speed"):
+      have = {key(r) for r in results[field]}
+      results[field] = [r for r in earlier[field] if key(r) not in have] + results[field]
+    results["costs"] = results["costs"] or earlier.get("costs", {})
     results["meta"]["seconds"] += earlier["meta"]["seconds"]
   if args.write:
     from _drafter_report import write_report

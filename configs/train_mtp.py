@@ -3,9 +3,6 @@
 Run:    python -m infernix_jax.train --config=configs/train_mtp.py
 Smoke:  python -m infernix_jax.train --config=configs/train_mtp.py:smoke   (CI, < 1 minute)
 Override any field: --config.steps=200 --config.workdir=/tmp/mtp
-
-The shipped head ran this config to step 300, then resumed with --config.steps=480
---config.eval_every=180 (the cosine schedule stretched from step 300; its log's "segments").
 """
 
 import ml_collections

@@ -1,7 +1,7 @@
 """Self-distillation corpus: the frozen target's own continuations, cached on disk.
 
 `build_corpus` frames every prompt of the mix with the model's chat template and generates
-through our engine (exact speculative decoding with n-gram + jump-forward drafts, so the
+through our engine (exact speculative decoding with grammar jump-forward drafts, so the
 tokens are the target's own), greedy for even items and at temperature 0.7 for odd ones,
 each with its constraint (or without, for the mix's unconstrained share). The corpus is a
 pure function of (model, mix, seed): its cache key hashes all three, and a cached corpus

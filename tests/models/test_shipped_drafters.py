@@ -26,11 +26,14 @@ def _sequence(cfg, model, tok):
   """A validation chat prompt + the target's greedy continuation, and its hidden states."""
   from infernix_jax import models as im
   from infernix_jax.runtime import cli
-  question = "Describe a healthy breakfast in two sentences."  # not in the training mix
+  question = ('Answer as JSON following this schema: {"type": "object", "properties": '
+              '{"city": {"type": "string"}, "population": {"type": "integer"}, "country": '
+              '{"type": "string"}}, "required": ["city", "population", "country"]}')
+  # (a schema outside the training mix; the continuation is the target's own, greedy)
   ids = list(tok.encode(cli.frame_prompt(tok, question)))
   p_len = len(ids)
   gd, st = nnx.split(model)
-  for _ in range(24):
+  for _ in range(32):
     logits, _ = im.forward(gd, st, jnp.asarray([ids], jnp.int32))
     ids.append(int(jnp.argmax(logits[0, -1])))
   _, hidden = im.forward(gd, st, jnp.asarray([ids], jnp.int32))
@@ -61,4 +64,17 @@ def test_shipped_weights_load_and_beat_an_untrained_head(embedded, kind):
   rand = (dr.MTPHead(cfg, rngs=nnx.Rngs(0)) if kind == "mtp"
           else dr.DFlashNet(net.cfg, cfg.dim, rngs=nnx.Rngs(0)))
   trained, untrained = agreement(net), agreement(rand)
-  assert trained >= 0.2 and trained > untrained + 0.15, (trained, untrained)
+  assert trained >= 0.25 and trained > untrained + 0.2, (trained, untrained)
+
+
+def test_registry_loads_the_shipped_weights_by_default(embedded):
+  from infernix_jax.runtime import drafters
+  cfg, model, _ = embedded
+  shipped = {kind: dw.load(dw.shipped_path(kind), kind, cfg, model.embed[...])
+             for kind in dw.KINDS}
+  for name, kind in (("mtp", "mtp"), ("dflash", "block"), ("dflash2", "block")):
+    d = drafters.create(name, k=4, target=(cfg, model))
+    want = nnx.to_pure_dict(nnx.state(shipped[kind], nnx.Param))
+    got = nnx.to_pure_dict(nnx.state(nnx.merge(d.net.graphdef, d.net.state), nnx.Param))
+    np.testing.assert_array_equal(np.asarray(got["final_norm"]), np.asarray(want["final_norm"]))
+    assert d.net.cfg.num_layers == shipped[kind].cfg.num_layers

@@ -1,6 +1,7 @@
-"""The smoke training runs end to end on the embedded model: corpus through the engine,
-teacher states, optax steps, an acceptance evaluation, orbax checkpoints that resume, and
-an export the registry loads. Skipped without the shared data or the embedded model."""
+"""The smoke training run goes end to end (a tiny random target with the embedded model's
+vocabulary): corpus through the engine, teacher states, optax steps, an acceptance
+evaluation, orbax checkpoints that resume, and an export the registry loads. Skipped
+without the shared data or the embedded model's tokenizer."""
 
 import json
 import sys
@@ -57,6 +58,8 @@ def test_smoke_run_trains_resumes_and_exports(embedded, tmp_path, name):
   out = Path(c.export)
   assert json.loads((out.parent / "d.config.json").read_text())["steps"] == c.steps
   assert dw.summary(out)["steps"] == c.steps
-  target, _ = corpus.load_target()
+  target, model_id = corpus.load_target(c.model)
+  assert dw.summary(out)["target"] == model_id
   d = drafters.create("mtp", k=2, target=(target[0], target[1]), weights=str(out))
   assert d.k == 2
+  assert again["history"]["segments"] == [{"from_step": 4, "to_step": 6}]

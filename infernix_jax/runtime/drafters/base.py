@@ -142,14 +142,18 @@ class Drafter:
 
 
 def one_hot_rows(q: Any, drafts: Any, rows: Any) -> Any:
-  """q with lanes `rows` (bool[B]) replaced by one-hot q of drafts i32[B, K] (traced)."""
+  """q with the cells `rows` replaced by one-hot q of drafts i32[B, K] (traced).
+
+  rows: bool[B] (whole lanes) or bool[B, K] (single draft positions).
+  """
   if isinstance(q, OneHotQ):
     return q
+  cells = jnp.broadcast_to(rows if rows.ndim == 2 else rows[:, None], drafts.shape)  # [B, K]
   if isinstance(q, DenseQ):
     oh = jax.nn.one_hot(drafts, q.probs.shape[-1], dtype=q.probs.dtype)  # [B, K, Vm]
-    return DenseQ(jnp.where(rows[:, None, None], oh, q.probs))
-  ids = jnp.where(rows[:, None, None], -1, q.ids)  # [B, K, 16]
-  ids = ids.at[:, :, 0].set(jnp.where(rows[:, None], drafts, ids[:, :, 0]))
-  probs = jnp.where(rows[:, None, None], 0.0, q.probs)
-  probs = probs.at[:, :, 0].set(jnp.where(rows[:, None], 1.0, probs[:, :, 0]))
+    return DenseQ(jnp.where(cells[:, :, None], oh, q.probs))
+  ids = jnp.where(cells[:, :, None], -1, q.ids)  # [B, K, 16]
+  ids = ids.at[:, :, 0].set(jnp.where(cells, drafts, ids[:, :, 0]))
+  probs = jnp.where(cells[:, :, None], 0.0, q.probs)
+  probs = probs.at[:, :, 0].set(jnp.where(cells, 1.0, probs[:, :, 0]))
   return SparseQ(ids=ids, probs=probs.astype(q.probs.dtype))

@@ -16,9 +16,11 @@ class JumpForward(Drafter):
   """Forced tokens first (the round computes them from each lane's constraint session).
 
   Alone (`inner=None`) it drafts only forced tokens (none on unconstrained lanes). Around a
-  host drafter, the inner one continues after the forced tokens; around a device drafter,
-  lanes with forced tokens use them instead of the inner proposal this round (their q rows
-  become one-hot). The target verifies every draft, so the output stays lossless.
+  host drafter, the inner one continues after the forced tokens. Around a device drafter
+  (which drafts before the forced tokens are known), the forced tokens take the first
+  positions and the inner proposal keeps the positions after them (its q there unchanged;
+  one-hot q at the forced positions). The target verifies every draft, so the output stays
+  lossless.
   """
 
   k: int = 4
@@ -67,10 +69,11 @@ class JumpForward(Drafter):
         drafts[b, f:f + int(prop.n[b])] = prop.drafts[b, :int(prop.n[b])]
       return Proposal(drafts, n.astype(np.int32), prop.q), state
     prop, state = self.inner.propose(params, state, inp)
-    use = inp.n_forced > 0  # [B]
-    drafts = jnp.where(use[:, None], inp.forced, prop.drafts)
-    n = jnp.where(use, jnp.minimum(inp.n_forced, inp.limit), prop.n)
-    return Proposal(drafts, n, one_hot_rows(prop.q, drafts, use)), state
+    n_forced = jnp.minimum(inp.n_forced, inp.limit)  # [B]
+    forced = jnp.arange(self.k)[None, :] < n_forced[:, None]  # [B, K]
+    drafts = jnp.where(forced, inp.forced, prop.drafts)
+    n = jnp.maximum(n_forced, prop.n).astype(jnp.int32)
+    return Proposal(drafts, n, one_hot_rows(prop.q, drafts, forced)), state
 
   def advance(self, params, state, committed):
     return state if self.inner is None else self.inner.advance(params, state, committed)
