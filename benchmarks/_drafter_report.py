@@ -190,12 +190,14 @@ def write_report(results, path: Path, published: str = "") -> None:
               "", *_position_table(rows, k_pos, t, True)]
   masked = [r for r in rows if not r["masked_q"]]
   if masked:
-    lines += ["", "## Masked q (dflash2, constrained)", "",
-              "| K | T | masked q on | off |", "|---:|---:|---:|---:|"]
-    for r in masked:
+    lines += ["", "## Masked q (the sampled drafter, constrained)", "",
+              "Accepted length with q restricted to the grammar's legal set (the first illegal "
+              "draft redrawn from it) and without.", "",
+              "| drafter | K | T | masked q on | off |", "|---|---:|---:|---:|---:|"]
+    for r in sorted(masked, key=lambda r: (r["config"], r["k"], r["temperature"])):
       on = _acc(rows, r["config"], r["k"], r["temperature"], True)
-      lines.append(f"| {r['k']} | {r['temperature']:g} | {_fmt(on and on['accepted_length'])}"
-                   f" | {r['accepted_length']:.2f} |")
+      lines.append(f"| {r['config']} | {r['k']} | {r['temperature']:g} | "
+                   f"{_fmt(on and on['accepted_length'])} | {r['accepted_length']:.2f} |")
   if speed:
     lines += ["", f"## Tokens/s at 1 lane (K={speed[0]['k']}, T=0, one run)", "",
               "| configuration | JSON tok/s | x ordinary | JSON accepted length | free tok/s |"

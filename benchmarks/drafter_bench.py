@@ -63,6 +63,8 @@ def parse_args(argv=None):
                   "(parts of the matrix) to report with this run's; for a repeated setting "
                   "this run's row wins, then the later file's")
   ap.add_argument("--no-acceptance", action="store_true", help="only the timed runs")
+  ap.add_argument("--report-from", default="",
+                  help="rewrite docs/results/drafters.md from this raw results file, no runs")
   ap.add_argument("--write", action="store_true")
   args = ap.parse_args(argv)
   if args.quick:
@@ -157,6 +159,11 @@ def drafting_costs(target, k: int, repeats: int = 20) -> dict:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.report_from:
+    from _drafter_report import write_report
+    write_report(json.loads(Path(args.report_from).read_text()),
+                 ROOT / "docs/results/drafters.md")
+    return 0
   import jax
 
   from infernix_jax.models.drafters import weights as dw
