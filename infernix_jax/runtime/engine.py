@@ -143,6 +143,11 @@ class Engine:
     """The result of a finished request (removed from the engine), or None."""
     return self.host.results.pop(request_id, None)
 
+  @property
+  def busy(self) -> bool:
+    """Whether a request is waiting or running (`step` has work to do)."""
+    return bool(self.host.waiting) or self.host.any_active()
+
   def warmup(self) -> None:
     """Compiles the round's device steps for the shapes rounds will take, on idle lanes.
 
@@ -156,7 +161,7 @@ class Engine:
     Raises:
       RuntimeError: requests are waiting or running.
     """
-    if self.host.waiting or self.host.any_active():
+    if self.busy:
       raise RuntimeError("warmup() needs an idle engine (no waiting or running request)")
     if self.bridge != "stages":
       return
@@ -194,7 +199,7 @@ class Engine:
 
   def run(self) -> None:
     """Decodes until no request is waiting or running."""
-    while self.host.waiting or self.host.any_active():
+    while self.busy:
       self.step()
 
   def step(self) -> None:

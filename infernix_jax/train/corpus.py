@@ -170,11 +170,12 @@ def generate(target, prompts: Sequence[Prompt], *, seed: int, lanes: int = 4,
   bar = Progress(len(pending), "corpus", stream=log)
   done: dict[int, Record] = {}
   start, tokens, finished = time.perf_counter(), 0, 0
-  while engine.host.waiting or engine.host.any_active():
+  while engine.busy:
     engine.step()
-    for rid in [r for r in pending if r in engine.host.results]:
+    for rid, r in [(rid, engine.result(rid)) for rid in list(pending)]:
+      if r is None:  # still running
+        continue
       i, p, ids, temperature = pending.pop(rid)
-      r = engine.result(rid)
       finished += 1
       if r.error:
         skip(f"generation error ({r.error_kind})")

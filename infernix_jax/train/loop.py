@@ -32,7 +32,6 @@ from infernix_jax.progress import Progress, format_seconds
 from infernix_jax.train import corpus, objectives, prompts
 
 BUCKET = 256
-KIND_OF = {"mtp": "mtp", "block": "block"}
 
 
 @jax.tree_util.register_dataclass
@@ -251,7 +250,7 @@ def train(c, log=sys.stderr) -> dict:
   if c.export:
     trained = with_params(net, params)
     export = Path(c.export)
-    dw.save(export, trained, kind=KIND_OF[c.drafter], target_cfg=cfg,
+    dw.save(export, trained, kind=c.drafter, target_cfg=cfg,
             target_embed=model.embed[...], target_name=model_id,
             extra={k: v for k, v in summary.items() if k != "history"} | {
                 "final_eval": history["evals"][-1] if history["evals"] else None})

@@ -2,7 +2,7 @@
 registry's default (shipped weights, never a silent random fall-back) and its explicit
 random option."""
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -30,16 +30,11 @@ def test_round_trip_in_float16(tmp_path, kind):
   back = dw.load(path, kind, cfg, model.embed[...])
   a = nnx.to_pure_dict(nnx.state(net, nnx.Param))
   b = nnx.to_pure_dict(nnx.state(back, nnx.Param))
-  flat_a = np.concatenate([np.ravel(v) for v in _leaves(a)])
-  flat_b = np.concatenate([np.ravel(v) for v in _leaves(b)])
+  flat_a = np.concatenate([np.ravel(v) for v in jax.tree.leaves(a)])
+  flat_b = np.concatenate([np.ravel(v) for v in jax.tree.leaves(b)])
   np.testing.assert_allclose(flat_b, flat_a.astype(np.float16).astype(np.float32))
   assert back.cfg.num_layers == net.cfg.num_layers
   assert dw.summary(path) == {"steps": 3}
-
-
-def _leaves(tree):
-  import jax
-  return jax.tree.leaves(tree)
 
 
 def test_refusals_name_the_file_and_the_models(tmp_path):

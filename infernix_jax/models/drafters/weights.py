@@ -40,28 +40,6 @@ def target_fingerprint(embed) -> str:
   return f"{np.abs(rows).sum():.6g}/{rows.sum():.6g}"
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for key, value in tree.items():
-    name = f"{prefix}{key}"
-    if isinstance(value, dict):
-      out.update(_flatten(value, name + "."))
-    else:
-      out[name] = value
-  return out
-
-
-def _unflatten(flat: dict[str, Any]) -> dict:
-  tree: dict = {}
-  for name, value in flat.items():
-    node = tree
-    *path, leaf = name.split(".")
-    for part in path:
-      node = node.setdefault(part, {})
-    node[leaf] = value
-  return tree
-
-
 def save(path, module, *, kind: str, target_cfg, target_embed, target_name: str,
          extra: dict | None = None) -> Path:
   """Writes `module`'s parameters (float16) with the metadata `load` checks.
@@ -74,14 +52,16 @@ def save(path, module, *, kind: str, target_cfg, target_embed, target_name: str,
     extra: more metadata (e.g. the training summary), stored as JSON.
   """
   from flax import nnx
+  from flax.traverse_util import flatten_dict
   from safetensors.numpy import save_file
   if kind not in KINDS:
     raise ValueError(f"kind={kind!r} must be one of {KINDS}")
   params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
   flat = {k: np.ascontiguousarray(np.asarray(v, np.float32).astype(np.float16))
-          for k, v in _flatten(params).items()}
+          for k, v in flatten_dict(params, sep=".").items()}
   meta = {"format": FORMAT, "kind": kind, "config": json.dumps(dataclasses.asdict(module.cfg)),
-          "feature_dim": str(getattr(module, "feature_dim", target_cfg.dim)),
+          # F, the width of the target features the block drafter reads ([F, D] `fc`)
+          "feature_dim": str(module.fc[...].shape[0] if kind == "block" else target_cfg.dim),
           "target": target_name, "target_dims": _dims(target_cfg),
           "target_fingerprint": target_fingerprint(target_embed),
           "extra": json.dumps(extra or {})}
@@ -125,6 +105,7 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
     DrafterWeightsError: missing file, another kind, or another target.
   """
   from flax import nnx
+  from flax.traverse_util import flatten_dict, unflatten_dict
   from safetensors.numpy import load_file
 
   from infernix_jax.models.config import ModelConfig
@@ -150,11 +131,11 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
     build = lambda: DFlashNet(cfg, int(meta["feature_dim"]), rngs=nnx.Rngs(0))  # noqa: E731
   graphdef, abstract = nnx.split(nnx.eval_shape(build))
   flat = {k: np.asarray(v, np.float32).astype(cfg.jnp_dtype) for k, v in load_file(str(path)).items()}
-  want = _flatten(nnx.to_pure_dict(abstract))
+  want = flatten_dict(nnx.to_pure_dict(abstract), sep=".")
   if set(flat) != set(want) or any(flat[k].shape != want[k].shape for k in want):
     raise DrafterWeightsError(f"{path}: parameters do not match a {kind} drafter of config "
                               f"{meta['config']}")
-  nnx.replace_by_pure_dict(abstract, _unflatten(flat))
+  nnx.replace_by_pure_dict(abstract, unflatten_dict(flat, sep="."))
   return nnx.merge(graphdef, abstract)
 
 
