@@ -36,3 +36,37 @@ def enable(directory: str | None = None) -> str | None:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   return directory
+
+
+_MAPS = Path("/proc/self/maps")
+_MAX_MAPS = Path("/proc/sys/vm/max_map_count")
+
+
+def map_pressure() -> float:
+  """This process's memory maps / the kernel's vm.max_map_count (0 where /proc does not say).
+
+  XLA:CPU maps memory for every live executable. A long process that compiles many programs
+  (a test suite, a study sweep over engines) can reach the limit; the next compile then
+  fails, and the C++ exception that reports it crashes in the unwinder (a hang or an abort).
+  """
+  try:
+    with _MAPS.open() as f:
+      held = sum(1 for _ in f)
+    return held / int(_MAX_MAPS.read_text())
+  except (OSError, ValueError):
+    return 0.0
+
+
+def release_if_crowded(threshold: float = 0.4) -> bool:
+  """Drops every cached compiled program (`jax.clear_caches`) when `map_pressure()` is above
+  `threshold`; returns whether it did. Later calls recompile (or load from the persistent
+  cache)."""
+  if map_pressure() <= threshold:
+    return False
+  import gc
+
+  import jax  # pylint: disable=import-outside-toplevel
+
+  jax.clear_caches()
+  gc.collect()
+  return True
