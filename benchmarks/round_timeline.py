@@ -26,15 +26,21 @@ import sys
 import time
 from pathlib import Path
 
-import engine_bench
-
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "../shared/data/jsonschemabench/data/Github_trivial"
+SCHEMA_FILES = ("o10082", "o21079", "o13839")
 
 
 def workloads(lanes: int):
-  """(prompt, schema) pairs for `lanes` lanes: engine_bench's main job + JSONSchemaBench
-  schemas, repeated in order."""
-  items = engine_bench.workloads()
+  """(prompt, schema) pairs for `lanes` lanes: the main job's demo + three JSONSchemaBench
+  Github_trivial schemas (those present), repeated in order."""
+  from infernix_jax.runtime.cli import DEMO_PROMPT, DEMO_SCHEMA
+  items = [(DEMO_PROMPT, DEMO_SCHEMA)]
+  for name in SCHEMA_FILES:
+    path = DATA / f"{name}.json"
+    if path.exists():
+      text = path.read_text()
+      items.append((f"Reply with JSON matching this schema: {text}", text))
   return [items[i % len(items)] for i in range(lanes)]
 
 

@@ -88,3 +88,24 @@ def apply(q, mask, enabled, states, drafts, n_drafts, seed, position, vocab_size
   states = jnp.where(redraw[:, None] & (pos[None, :] > first[:, None]),
                      jnp.asarray(mask_layout.UNREACHABLE, states.dtype), states)
   return q_out, drafts, n_drafts, states
+
+
+def drop_illegal(mask, enabled, states, drafts, n_drafts, vocab_size: int):
+  """The WRONG rule the exactness study demonstrates (DESIGN.md section 5's counter-example):
+  each row's drafts are cut before its first illegal one, so an illegal draft is dropped and
+  a bonus token is drawn from p at its position instead of being rejected with its real q.
+
+  Args:
+    mask: i32[B, P, W]; enabled: bool[B]; states: int8[B, P]; drafts: i32[B, K];
+    n_drafts: i32[B].
+
+  Returns:
+    n_drafts i32[B] (no greater than before).
+  """
+  b, k = drafts.shape
+  step = jnp.arange(k, dtype=jnp.int32)
+  ready = (enabled[:, None] & (states[:, :k] == mask_layout.READY)
+           & (step[None, :] < n_drafts[:, None]))
+  illegal = ready & ~(_bit(mask[:, :k], drafts) & (drafts < vocab_size))
+  first = jnp.argmax(illegal, axis=1).astype(jnp.int32)
+  return jnp.where(illegal.any(axis=1), jnp.minimum(n_drafts, first), n_drafts)

@@ -93,6 +93,7 @@ class RoundStatics:
   lanes: int
   words: int  # W
   device_automaton: bool = False  # trie lanes take their masks from the device automaton
+  drop_illegal: bool = False  # the wrong acceptance rule (exactness study only)
   placement: Any = None  # _placement.Placement of a mesh: where stages put host inputs
 
 
@@ -121,8 +122,9 @@ def attention_span(lengths, p: int, capacity: int) -> int | None:
 
 
 def finish_step(logits, mask, states, enabled, prop, params, seed, position, *, vocab_size,
-                masked_q):
-  """Masked q (sampling drafters), then masked sampling + acceptance with the real q.
+                masked_q, drop_illegal=False):
+  """Masked q (sampling drafters), then masked sampling + acceptance with the real q
+  (`drop_illegal`: the wrong rule of `_masked_q.drop_illegal`, for the exactness study).
 
   Returns:
     (accepted i32[B], tokens i32[B, P], flags i32[B], n_drafts i32[B]) -- n_drafts after
@@ -132,6 +134,8 @@ def finish_step(logits, mask, states, enabled, prop, params, seed, position, *, 
   if mask is not None and masked_q:
     q, drafts, n, states = _masked_q.apply(q, mask, enabled, states, drafts, n, seed, position,
                                            vocab_size)
+  if mask is not None and drop_illegal:
+    n = _masked_q.drop_illegal(mask, enabled, states, drafts, n, vocab_size)
   out = _deps.spec_accept(logits, mask, enabled, states, drafts, n, q, params, seed, position,
                           vocab_size=vocab_size)
   return out.accepted, out.tokens, out.flags, n
@@ -167,7 +171,7 @@ _JIT = {
                           donate_argnames=("dstate",)),
     verify_step: jax.jit(verify_step, static_argnames=("graphdef", "span"),
                          donate_argnames=("cache",)),
-    finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q")),
+    finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q", "drop_illegal")),
     automaton_step: jax.jit(automaton_step),
     advance_step: jax.jit(advance_step, static_argnames=("drafter",),
                           donate_argnames=("dstate",)),
@@ -196,7 +200,8 @@ def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
                                          prop.n, mask, states, enabled)
   accepted, tokens, flags, n = io.device(
       finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
-      inp.draft.position, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling)
+      inp.draft.position, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
+      drop_illegal=st.drop_illegal)
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
   if drafter.on_device:
     dstate = io.device(advance_step, drafter, args.dparams, dstate, out_tokens, counts, hidden)

@@ -24,6 +24,7 @@ from infernix_jax.runtime.errors import CapacityError
 from infernix_jax.runtime.types import GenerationRequest, GenerationResult
 
 BRIDGES = ("stages", "callback")
+ACCEPTANCE_RULES = ("exact", "drop-illegal")  # "drop-illegal": the wrong rule, for the exactness study
 
 
 class Engine:
@@ -52,6 +53,9 @@ class Engine:
     device_automaton: lanes under a trie-compiled choice take their masks from a device-
       resident automaton inside the round (no host lookahead for them); other lanes keep
       the host path. Same tokens either way.
+    acceptance: "exact" (the rule of DESIGN.md section 5), or "drop-illegal": the wrong rule
+      that drops an illegal draft and draws a bonus from p in its place (biased whenever a
+      sampled q puts mass on illegal tokens; kept only so the exactness study can show it).
     mesh: a `jax.sharding.Mesh` with axes ("data", "model") (`models.sharding.parse_mesh`),
       or None for one device. The target (stacked layout) is tensor parallel over "model",
       its KV cache and the per-lane inputs are split over "data" where it divides B, a
@@ -61,11 +65,15 @@ class Engine:
   def __init__(self, model: Any, vocab: Any, drafter: Drafter | None = None, *,
                lanes: int = 4, capacity: int = 1024, bridge: str = "stages",
                masked_q: bool = True, compiler: Any = None, callback_rounds: int = 64,
-               cfg: Any = None, device_automaton: bool = False, mesh: Any = None):
+               cfg: Any = None, device_automaton: bool = False, mesh: Any = None,
+               acceptance: str = "exact"):
     if bridge not in BRIDGES:
       raise ValueError(f"bridge={bridge!r} must be one of {', '.join(BRIDGES)}")
     if lanes < 1:
       raise ValueError(f"lanes={lanes} must be >= 1")
+    if acceptance not in ACCEPTANCE_RULES:
+      raise ValueError(f"acceptance={acceptance!r} must be one of {', '.join(ACCEPTANCE_RULES)}")
+    self.acceptance = acceptance
     if isinstance(model, tuple):
       self.graphdef, self.state = model
       self.cfg = cfg
@@ -193,7 +201,8 @@ class Engine:
         out = _round._JIT[_round.finish_step](
             logits, *(mask or (None, None, None)), prop, args.params, args.seed,
             self._place.rows(zeros), vocab_size=self.vocab.size,
-            masked_q=self.masked_q and self.drafter.sampling)
+            masked_q=self.masked_q and self.drafter.sampling,
+            drop_illegal=self.acceptance == "drop-illegal")
         jax.block_until_ready(out)
     self._dev = _round.DeviceState(cache=cache, dstate=self._dev.dstate)
 
@@ -238,6 +247,7 @@ class Engine:
                                vocab_size=self.vocab.size, masked_q=self.masked_q,
                                lanes=self.b, words=mask_layout.mask_words(self.vocab.size),
                                device_automaton=self.device_automaton,
+                               drop_illegal=self.acceptance == "drop-illegal",
                                placement=self._place if self.mesh is not None else None)
 
   def _admit(self) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from infernix_jax import mask_layout
 from infernix_jax import pallas as ip
+from infernix_jax.testing import exact_oracle
 from tests.pallas import oracle
 from tests.pallas.spec_world import World
 
@@ -62,40 +63,11 @@ def test_output_follows_target_p(kind, params):
     assert np.mean(accepted) > np.mean(plain[0]) + 0.05
 
 
-def _counter_example(rows, q_kind, drop_illegal):
-  """DESIGN.md section 5: p(a)=p(b)=0.5, p(x)=0; q(a)=q(x)=0.5. Ids a=0, b=1, x=2."""
-  rng = np.random.default_rng(21)
-  v = 3
-  drafts = np.where(rng.random(rows) < 0.5, 0, 2)[:, None].astype(np.int32)  # d ~ q
-  legal = np.zeros((rows, 2, v), bool)
-  legal[:, :, :2] = True
-  states = np.zeros((rows, 2), np.int8)
-  states[drafts[:, 0] == 2, 1] = mask_layout.UNREACHABLE
-  logits = np.zeros((rows, 2, v), np.float32)
-  logits[:, 1] = rng.normal(size=(rows, v))
-  n = np.ones(rows, np.int32)
-  if drop_illegal:          # the wrong variant: drop x and draw a bonus from p instead
-    n[drafts[:, 0] == 2] = 0
-  if q_kind == "sparse":
-    ids = np.full((rows, 1, 16), -1, np.int32)
-    probs = np.zeros((rows, 1, 16), np.float32)
-    ids[:, 0, :2], probs[:, 0, :2] = [0, 2], 0.5
-    q = ip.SparseQ(jnp.asarray(ids), jnp.asarray(probs))
-  else:
-    q = ip.DenseQ(jnp.asarray(np.tile(np.float32([[[0.5, 0.0, 0.5]]]), (rows, 1, 1))))
-  out = ip.spec_accept_reference(
-      jnp.asarray(logits), jnp.asarray(mask_layout.pack(legal)), jnp.ones((rows,), bool),
-      jnp.asarray(states), jnp.asarray(drafts), jnp.asarray(n), q,
-      ip.SamplingParams.create(rows), jnp.arange(rows, dtype=jnp.uint32),
-      jnp.zeros((rows,), jnp.int32), vocab_size=v)
-  return np.bincount(np.asarray(out.tokens[:, 0]), minlength=3)
-
-
 @pytest.mark.parametrize("q_kind", ["sparse", "dense"])
 def test_counter_example_and_wrong_variant(q_kind):
-  right = _counter_example(DRAWS, q_kind, drop_illegal=False)
+  right = exact_oracle.counter_example(DRAWS, q_kind, drop_illegal=False)
   assert oracle.chi_square_pvalue(right, [0.5, 0.5, 0.0]) > 1e-4, right
-  wrong = _counter_example(DRAWS, q_kind, drop_illegal=True)
+  wrong = exact_oracle.counter_example(DRAWS, q_kind, drop_illegal=True)
   assert abs(wrong[0] / DRAWS - 0.75) < 0.01, wrong           # a 0.75, b 0.25
   assert oracle.chi_square_pvalue(wrong, [0.5, 0.5, 0.0]) < 1e-12
 

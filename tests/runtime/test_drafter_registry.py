@@ -12,7 +12,7 @@ from infernix_jax import constrain as ic
 from infernix_jax.pallas import OneHotQ
 from infernix_jax.runtime import Engine, GenerationRequest, drafters
 from infernix_jax.runtime.drafters.base import Drafter, Proposal
-from tests.runtime import helpers as h
+from infernix_jax.testing import exact_oracle as h
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ from infernix_jax.constrain import backends
 from infernix_jax.runtime import drafters
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
-from tests.runtime import helpers as h
+from infernix_jax.testing import exact_oracle as h
 
 K = 3
 LANES = 32

@@ -15,7 +15,7 @@ from infernix_jax.runtime import _round, drafters
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.types import FinishReason, GenerationRequest, SamplingOptions
 from tests.constrain.conftest import qwen3_vocab  # noqa: F401  (fixture)
-from tests.runtime import helpers as h
+from infernix_jax.testing import exact_oracle as h
 
 K, LANES = 3, 4
 POISON = 15  # a padded id (>= V) whose embedding is NaN

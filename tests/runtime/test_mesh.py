@@ -22,7 +22,7 @@ _SCRIPT = textwrap.dedent("""
     from infernix_jax.runtime import drafters
     from infernix_jax.runtime.engine import Engine
     from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
-    from tests.runtime import helpers as h
+    from infernix_jax.testing import exact_oracle as h
     assert jax.device_count() == 4, jax.devices()
 
     cfg = im.ModelConfig(vocab_size=h.TOY_VM, dim=32, num_layers=2, num_heads=4,

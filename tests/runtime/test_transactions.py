@@ -11,7 +11,7 @@ from infernix_jax import constrain as ic
 from infernix_jax.runtime import (Engine, FinishReason, GenerationRequest, JumpForward,
                                   NGramDrafter, SamplingOptions)
 from infernix_jax.runtime.errors import CapacityError, FeatureConflictError
-from tests.runtime import helpers as h
+from infernix_jax.testing import exact_oracle as h
 
 K, LANES = 3, 32  # the shapes of test_exactness: compiled stages are shared
 POISON = 15  # a padded id (>= V): its embedding is NaN, so rows whose prompt holds it get NaN

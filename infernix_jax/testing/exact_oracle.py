@@ -1,4 +1,5 @@
-"""Shared test pieces: a tiny peaky random target, a toy vocabulary, and FP64 oracles."""
+"""A tiny peaky random target, a toy vocabulary, and FP64 enumeration oracles (exact output
+distributions, chi-square): shared by the exactness tests and the exactness study."""
 
 from __future__ import annotations
 
@@ -142,3 +143,49 @@ def chi_square_pvalue(expected_probs: dict, samples: list[tuple]) -> float:
 
 def all_outputs(vocab_size: int, length: int):
   return itertools.product(range(vocab_size), repeat=length)
+
+
+def counter_example(rows: int, q_kind: str, drop_illegal: bool, seed: int = 21) -> np.ndarray:
+  """DESIGN.md section 5's counter-example through the acceptance reference: p(a)=p(b)=0.5,
+  p(x)=0; q(a)=q(x)=0.5 (ids a=0, b=1, x=2), one draft per row drawn from q.
+
+  Args:
+    rows: independent rows (draws).
+    q_kind: "dense" or "sparse" q.
+    drop_illegal: the wrong rule (drop x and draw a bonus from p) instead of the exact one.
+
+  Returns:
+    counts of the first output token: int[3] for a, b, x (exact: 0.5, 0.5, 0).
+  """
+  import jax.numpy as jnp
+
+  from infernix_jax import mask_layout
+  from infernix_jax import pallas as ip
+
+  if q_kind not in ("dense", "sparse"):
+    raise ValueError(f"q_kind={q_kind!r} must be 'dense' or 'sparse'")
+  rng = np.random.default_rng(seed)
+  v = 3
+  drafts = np.where(rng.random(rows) < 0.5, 0, 2)[:, None].astype(np.int32)  # d ~ q
+  legal = np.zeros((rows, 2, v), bool)
+  legal[:, :, :2] = True
+  states = np.zeros((rows, 2), np.int8)
+  states[drafts[:, 0] == 2, 1] = mask_layout.UNREACHABLE
+  logits = np.zeros((rows, 2, v), np.float32)
+  logits[:, 1] = rng.normal(size=(rows, v))
+  n = np.ones(rows, np.int32)
+  if drop_illegal:          # the wrong variant: drop x and draw a bonus from p instead
+    n[drafts[:, 0] == 2] = 0
+  if q_kind == "sparse":
+    ids = np.full((rows, 1, 16), -1, np.int32)
+    probs = np.zeros((rows, 1, 16), np.float32)
+    ids[:, 0, :2], probs[:, 0, :2] = [0, 2], 0.5
+    q = ip.SparseQ(jnp.asarray(ids), jnp.asarray(probs))
+  else:
+    q = ip.DenseQ(jnp.asarray(np.tile(np.float32([[[0.5, 0.0, 0.5]]]), (rows, 1, 1))))
+  out = ip.spec_accept_reference(
+      jnp.asarray(logits), jnp.asarray(mask_layout.pack(legal)), jnp.ones((rows,), bool),
+      jnp.asarray(states), jnp.asarray(drafts), jnp.asarray(n), q,
+      ip.SamplingParams.create(rows), jnp.arange(rows, dtype=jnp.uint32),
+      jnp.zeros((rows,), jnp.int32), vocab_size=v)
+  return np.bincount(np.asarray(out.tokens[:, 0]), minlength=3)

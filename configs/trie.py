@@ -1,19 +1,20 @@
-"""Config of the trie-paper reproduction study (experiments/trie_repro/run.py).
+"""The trie paper's compile and per-step study ("Trie Automata for Constrained Decoding over
+Large Finite Sets", arXiv:2608.12574) against XGrammar and LLGuidance (study "trie").
 
-Run: python -m experiments.trie_repro.run --config=configs/trie_repro.py
-Override any field: --config.k_values="(10,100,1000)" --config.xgr_max_k=100000
+  python -m experiments.run --config=configs/trie.py
+  python -m experiments.run --config=configs/trie.py --config.k_values="(10,100,1000)"
+  python -m experiments.run --config=configs/trie.py:smoke    (CI)
 """
 
 import ml_collections
 
 
-def get_config() -> ml_collections.ConfigDict:
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.data_dir = "../shared/data"          # shared data folder (Qwen3 tokenizer, labels), repo-relative
-  c.results = "experiments/trie_repro/results/trie_repro.jsonl"  # raw measurements (one JSON per line)
-  c.report = "docs/results/trie.md"      # report regenerated after the run from every results
-  # file in the results folder ("" = skip; or run experiments.trie_repro.report by hand)
-  c.plots_dir = "docs/results"           # where the PNG plots go
+  c.study = "trie"
+  c.title = "Trie automata for large finite sets: compile, per-step and batch costs"
+  c.section = "main"
+  c.data_dir = "../shared/data"          # shared data folder (tokenizers, labels), repo-relative
   c.main_vocab = "qwen3"                 # vocabulary of the main K sweep (the paper's Qwen3-8B)
   c.k_values = (10, 50, 100, 500, 1000, 2000, 5000, 10000, 50000, 100000)  # synthetic tool K
   c.engines = ("trie", "xgrammar-regex", "xgrammar-json", "xgrammar-gbnf", "llguidance")  # peers
@@ -30,10 +31,31 @@ def get_config() -> ml_collections.ConfigDict:
   c.extra_sets = ("icd10cm", "labels")   # ICD-10-CM billable codes and shared label sets
   c.gen_vocabs = ("smollm2", "qwen3", "cl100k", "llama3", "o200k")  # generalization sweep
   c.gen_k = (1000, 10000)                # K values of the generalization sweep
-  c.sections = ("equivalence", "dispatch", "main", "extra", "gen")  # parts to run ("steps":
-  # per-step and batch only, after one compile)
-  c.equivalence_walks = 1000            # random walks per (vocabulary, set) for Proposition 1
+  c.equivalence_walks = 1000             # random walks per (vocabulary, set) for Proposition 1
   c.dispatch_k = (2, 5, 10, 20, 32, 50, 100, 200)  # K values of the dispatch-threshold sweep
   c.dispatch_repeats = 7                 # compiles per (engine, K) in that sweep (median CPU)
   c.seed = 0                             # sampling seed (sets, paths, batch states)
+  c.publish_dir = "docs/results/trie"
+  c.grid = ml_collections.ConfigDict()
+  c.grid.section = ("equivalence", "dispatch", "main", "extra", "gen")
+  if variant == "smoke":
+    c.main_vocab = "smollm2"
+    c.k_values = (10, 100)
+    c.engines = ("trie", "xgrammar-regex", "llguidance")
+    c.warm_repeats = 1
+    c.paths = 10
+    c.step_passes = 1
+    c.batch_k = (100,)
+    c.batch_sizes = (1, 8)
+    c.batch_reps = 2
+    c.dispatch_k = (2, 32)
+    c.dispatch_repeats = 1
+    c.equivalence_walks = 5
+    c.gen_vocabs = ("smollm2",)
+    c.gen_k = (100,)
+    c.extra_sets = ("labels",)
+    c.publish_dir = ""
+    c.grid.section = ("dispatch", "main", "gen")
+  elif variant:
+    raise ValueError(f"unknown variant {variant!r}: smoke")
   return c

@@ -1,35 +1,16 @@
-"""Runs the trie reproduction study from a config and writes raw JSON lines (see report.py).
+"""Measurements of the trie reproduction study (run by `experiments.studies.trie`).
 
-  python -m experiments.trie_repro.run --config=configs/trie_repro.py [--config.FIELD=...]
+Each function takes the study config and `rec(**fields)`, which records one measurement
+{vocab, set, k, engine, metric, value} (see report.py for the tables built from them).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import numpy as np
-from absl import app
-from ml_collections import config_flags
 
 from experiments.trie_repro import engines, enum_sets, vocabs
-
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/trie_repro.py", "study config")
-
-
-class Recorder:
-  """Appends one JSON object per measurement (partial runs keep what they measured)."""
-
-  def __init__(self, path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    self.f = path.open("a")
-
-  def __call__(self, **rec):
-    rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    self.f.write(json.dumps(rec) + "\n")
-    self.f.flush()
-    print(json.dumps(rec), flush=True)
 
 
 def _engine(name, vocab):
@@ -153,59 +134,3 @@ def dispatch_sweep(cfg, rec, vocab):
         cpu.append(time.process_time() - c0)
       rec(vocab=cfg.main_vocab, set="dispatch", k=int(k), engine=eng.name,
           metric="compile_warm_cpu_s", value=float(np.median(cpu)))
-
-
-def main(argv):
-  del argv
-  cfg = _CONFIG.value
-  root = Path(__file__).resolve().parents[2]
-  data = (root / cfg.data_dir).resolve()
-  rec = Recorder(root / cfg.results)
-  rng = np.random.default_rng(cfg.seed)
-  vocab = vocabs.load(cfg.main_vocab, data)
-  if "equivalence" in cfg.sections:
-    equivalence(cfg, rec, data)
-  if "dispatch" in cfg.sections:
-    dispatch_sweep(cfg, rec, vocab)
-  if "steps" in cfg.sections:
-    for k in cfg.k_values:
-      values = enum_sets.tool_names(int(k), seed=cfg.seed)
-      measure_set(cfg, rec, cfg.main_vocab, vocab, "tools", values, cfg.engines,
-                  batch=int(k) in tuple(cfg.batch_k), rng=rng, steps_only=True)
-  if "main" in cfg.sections:
-    for k in cfg.k_values:
-      values = enum_sets.tool_names(int(k), seed=cfg.seed)
-      measure_set(cfg, rec, cfg.main_vocab, vocab, "tools", values, cfg.engines,
-                  batch=int(k) in tuple(cfg.batch_k), rng=rng)
-  for extra in cfg.extra_sets if "extra" in cfg.sections else ():
-    sets = {"icd10cm": enum_sets.icd10cm_billable()} if extra == "icd10cm" else (
-        enum_sets.label_sets(data))
-    for name, values in sets.items():
-      measure_set(cfg, rec, cfg.main_vocab, vocab, name, values,
-                  ("trie", f"xgrammar-{cfg.xgr_step_variant}", "llguidance"), rng=rng)
-  for vname in cfg.gen_vocabs if "gen" in cfg.sections else ():
-    gv = vocab if vname == cfg.main_vocab else vocabs.load(vname, data)
-    for k in cfg.gen_k:
-      values = enum_sets.tool_names(int(k), seed=cfg.seed)
-      measure_set(cfg, rec, vname, gv, "tools-gen", values,
-                  ("trie", f"xgrammar-{cfg.xgr_step_variant}"), rng=rng)
-  if cfg.report:
-    write_report(cfg, root)
-
-
-def write_report(cfg, root: Path) -> None:
-  """Regenerates the markdown report and plots from every results file beside ``cfg.results``."""
-  from experiments.trie_repro import report
-
-  files = sorted((root / cfg.results).parent.glob("*.jsonl"))
-  d = report.load(files)
-  plots = root / cfg.plots_dir
-  plots.mkdir(parents=True, exist_ok=True)
-  names = report.plots(d, plots)
-  out = root / cfg.report
-  out.write_text("\n".join(report.render(d, names)) + "\n")
-  print(out)
-
-
-if __name__ == "__main__":
-  app.run(main)

@@ -1,1 +1,0 @@
-"""BFCL validation of strict tool calls under Qwen XML framing, per drafter (see run.py)."""

@@ -1,0 +1,112 @@
+"""Rebuilds a study's summary.md and plots from one or more run directories (shards merged).
+
+  python -m experiments.report DIR [DIR ...] [--out=DIR] [--publish]
+
+The directories must hold the same config (the shards of one sweep); each cell's records come
+from the first directory that closed it successfully. The summary goes to --out (default: the
+first directory); --publish also writes it to the config's publish_dir.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from absl import app, flags
+import ml_collections
+
+from experiments import studies
+from experiments.runner import store, sweep
+
+
+
+def merge(run_dirs: list[Path]) -> tuple[dict, list[dict], list[dict]]:
+  """(config dict, records of successful cells in sweep order, records closing failed cells).
+
+  Raises:
+    ValueError: a directory without a config, or directories with different configs.
+  """
+  configs, kept, failures, taken = [], [], [], set()
+  for d in run_dirs:
+    path = Path(d) / store.CONFIG
+    if not path.exists():
+      raise ValueError(f"{d}: no {store.CONFIG}; not a run directory")
+    configs.append(json.loads(path.read_text()))
+    records = store.read_records(Path(d))
+    ok = store.closed_ok(records) - taken
+    kept += [r for r in records if r["cell"] in ok]
+    failures += [r for r in records if r.get("kind") == "cell" and r.get("status") == "error"
+                 and r["cell"] not in taken | store.closed_ok(records)]
+    taken |= ok
+  if any(store.canonical(c) != store.canonical(configs[0]) for c in configs[1:]):
+    raise ValueError("the run directories hold different configs: merge shards of one sweep")
+  failures = [f for f in failures if f["cell"] not in taken]
+  order = {c.id: c.index for c in sweep.cells(ml_collections.ConfigDict(configs[0]))}
+  kept.sort(key=lambda r: order.get(r["cell"], len(order)))  # sweep order, whatever the shards
+  return configs[0], kept, failures
+
+
+def _header(config: dict, run_dirs, records, failures) -> str:
+  env = json.loads((Path(run_dirs[0]) / store.ENVIRONMENT).read_text()) \
+      if (Path(run_dirs[0]) / store.ENVIRONMENT).exists() else {}
+  cells = sorted({r["cell"] for r in records if r.get("kind") == "cell"})
+  git = env.get("git", {})
+  dev = env.get("device", {})
+  pk = env.get("packages", {})
+  lines = [f"# Study: {config.get('title') or config['study']}", "",
+           f"Written by `python -m experiments.report` from {len(run_dirs)} run "
+           f"director{'y' if len(run_dirs) == 1 else 'ies'}; {len(cells)} cells done, "
+           f"{len(failures)} failed. The resolved config is each run's config.json.", "",
+           f"Environment: git {git.get('revision', '?')[:10]}{' (dirty)' if git.get('dirty') else ''}; "
+           f"{dev.get('platform', '?')} ({dev.get('kind', '?')}) x{dev.get('count', '?')}, "
+           f"{env.get('host', {}).get('cpus', '?')} CPUs; jax {pk.get('jax')}, "
+           f"xgrammar {pk.get('xgrammar')}, llguidance {pk.get('llguidance')}.", ""]
+  if failures:
+    lines += ["## Failed cells", "", "| cell | error |", "|---|---|"]
+    lines += [f"| {f['cell']} | {f['error'][:200].replace('|', '/')} |" for f in failures]
+    lines.append("")
+  return "\n".join(lines)
+
+
+def build(run_dirs, *, out_dir=None, publish_dir: str = "") -> Path:
+  """Writes summary.md (+ plots) for the merged run directories; returns its path."""
+  run_dirs = [Path(d) for d in run_dirs]
+  config_dict, records, failures = merge(run_dirs)
+  config = ml_collections.ConfigDict(config_dict)
+  out = Path(out_dir or run_dirs[0])
+  out.mkdir(parents=True, exist_ok=True)
+  study = studies.get(config.study)
+  body = study.summarize(records, config, out)
+  summary = out / "summary.md"
+  summary.write_text(_header(config_dict, run_dirs, records, failures) + "\n" + body.rstrip()
+                     + "\n")
+  if publish_dir:
+    dest = Path(publish_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in [summary, *sorted(out.glob("*.png"))]:
+      shutil.copyfile(f, dest / f.name)
+  return summary
+
+
+def main(argv) -> int:
+  if len(argv) < 2:
+    raise app.UsageError("give one or more run directories")
+  try:
+    dirs = [Path(a) for a in argv[1:]]
+    config = json.loads((dirs[0] / store.CONFIG).read_text()) \
+        if (dirs[0] / store.CONFIG).exists() else {}
+    path = build(dirs, out_dir=flags.FLAGS.out or None,
+                 publish_dir=config.get("publish_dir", "") if flags.FLAGS.publish else "")
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(path)
+  return 0
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("out", "", "where summary.md and plots go (default: the first DIR)")
+  flags.DEFINE_bool("publish", False, "also write them to the config's publish_dir")
+  app.run(main)

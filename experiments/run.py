@@ -1,0 +1,117 @@
+"""Runs a study from its config: every cell of its grid, resumable, one JSON line per result.
+
+  python -m experiments.run --config=configs/<study>.py[:variant] [--config.FIELD=VALUE ...]
+      [--results_dir=results] [--shard=i/n] [--run_dir=DIR] [--noresume] [--publish]
+
+Writes results/<study>/<timestamp>/ (config.json, environment.json, runs.jsonl, summary.md,
+plots). A failed cell is recorded with its error and the sweep goes on; a rerun of the same
+config skips the cells already done. `--publish` also writes the summary and plots to the
+config's `publish_dir` (tracked reports are never overwritten otherwise).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from experiments import report as report_lib
+from experiments import studies
+from experiments.runner import environment, store, sweep
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "study config file (get_config)")
+_RESULTS = flags.DEFINE_string("results_dir", "results", "where run directories go")
+_SHARD = flags.DEFINE_string("shard", "", "i/n: run every n-th cell from i (default: "
+                             "jax.process_index()/jax.process_count(), 0/1 on one host)")
+_RUN_DIR = flags.DEFINE_string("run_dir", "", "an explicit run directory (resumed if it holds "
+                               "the same config)")
+_RESUME = flags.DEFINE_bool("resume", True, "reuse the newest run directory of the same config")
+_PUBLISH = flags.DEFINE_bool("publish", False, "also write summary.md and plots to the "
+                             "config's publish_dir")
+
+
+def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str = "",
+        resume: bool = True, publish: bool = False, stream=None) -> Path:
+  """Runs the study of `config` and returns its run directory.
+
+  Raises:
+    ValueError: a bad config, grid or shard (before any cell runs).
+  """
+  from infernix_jax.progress import Progress
+  from infernix_jax.runtime import compile_cache
+
+  stream = stream or sys.stderr
+  study = studies.get(config.study)
+  all_cells = sweep.cells(config)
+  i, n = sweep.parse_shard(shard) if shard else sweep.default_shard()
+  mine = sweep.shard(all_cells, i, n)
+  rd = store.RunDir.open(Path(results_dir), config.study, config.to_dict(),
+                         environment.collect(), (i, n), resume=resume, run_dir=run_dir)
+  todo = [c for c in mine if c.id not in rd.done]
+  if hasattr(study, "group"):  # consecutive cells share what the study builds per group
+    todo.sort(key=lambda c: tuple(map(str, study.group(c.config))))
+  print(f"# {config.study}: {len(all_cells)} cells, shard {i}/{n}: {len(mine)}, "
+        f"{len(mine) - len(todo)} done before -> {rd.path}", file=stream, flush=True)
+  sizes = [max(1, int(study.units(c.config))) for c in todo]
+  bar = Progress(sum(sizes), f"{config.study}", stream=stream)
+  ctx = studies.Context()
+  done_units = 0
+  failed = 0
+  try:
+    for cell, size in zip(todo, sizes):
+      t0 = time.perf_counter()
+      seen = 0
+      why = study.skip(cell.config) if hasattr(study, "skip") else None
+      if why:  # a cell the grid spells but that repeats another (recorded, not run)
+        rd.append(cell.id, {"kind": "cell", "status": "ok", "skipped": why,
+                            "overrides": cell.overrides, "seconds": 0.0})
+        done_units += size
+        continue
+      try:
+        for record in study.run_cell(cell.config, ctx):
+          rd.append(cell.id, {"overrides": cell.overrides, **record})
+          if record.get("kind") in ("request", "measurement"):
+            seen = min(seen + 1, size - 1)
+            bar.update(done_units + seen, cell=cell.id)
+        rd.append(cell.id, {"kind": "cell", "status": "ok", "overrides": cell.overrides,
+                            "seconds": time.perf_counter() - t0})
+      except Exception as e:  # recorded with its error; the sweep goes on
+        failed += 1
+        rd.append(cell.id, {"kind": "cell", "status": "error", "overrides": cell.overrides,
+                            "seconds": time.perf_counter() - t0,
+                            "error": f"{type(e).__name__}: {e}",
+                            "traceback": traceback.format_exc(limit=8)})
+        print(f"\ncell {cell.id} failed: {type(e).__name__}: {e}", file=stream, flush=True)
+      done_units += size
+      bar.update(done_units, cell=cell.id)
+      compile_cache.release_if_crowded()  # long sweeps compile many engines
+  finally:
+    bar.close()
+    rd.close()
+  report_lib.build([rd.path], out_dir=rd.path,
+                   publish_dir=config.get("publish_dir", "") if publish else "")
+  print(f"# {len(todo) - failed} cells ran, {failed} failed; summary: "
+        f"{rd.path / 'summary.md'}", file=stream, flush=True)
+  return rd.path
+
+
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  if _CONFIG.value is None:
+    raise app.UsageError("--config=configs/<study>.py is required")
+  try:
+    run(_CONFIG.value, results_dir=_RESULTS.value, shard=_SHARD.value, run_dir=_RUN_DIR.value,
+        resume=_RESUME.value, publish=_PUBLISH.value)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,140 @@
+"""Cells of a study: the config's `grid` expanded into runs, each with a stable id.
+
+A config may hold a `grid` ConfigDict that mirrors the config's own fields with a tuple of
+values at each leaf:
+
+  c.grid.drafter.name = ("ngram", "mtp")
+  c.grid.constrained = (True, False)
+
+The cells are the cartesian product, the first declared axis outermost (put the axes that
+rebuild an engine first, so consecutive cells share one). A config without a grid is one cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import ml_collections
+
+GRID = "grid"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One run of a study.
+
+  Attributes:
+    index: position in the full (unsharded) sweep.
+    id: "field=value,field=value" over the grid axes ("base" without a grid): the key that
+      resume and the reports use.
+    overrides: dotted field -> value.
+    config: the study config with the overrides applied (its `grid` removed), locked.
+  """
+
+  index: int
+  id: str
+  overrides: dict
+  config: ml_collections.ConfigDict
+
+
+def axes(config: ml_collections.ConfigDict) -> list[tuple[str, tuple]]:
+  """The grid's (dotted field, values) pairs in declaration order.
+
+  Raises:
+    ValueError: a grid leaf that is not a non-empty tuple/list, or a field the config lacks.
+  """
+  grid = config.get(GRID)
+  if grid is None:
+    return []
+  out = []
+
+  def walk(node, prefix):
+    for key, value in node.items():
+      path = f"{prefix}{key}"
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value, path + ".")
+      elif isinstance(value, (tuple, list)) and len(value) > 0:
+        out.append((path, tuple(value)))
+      else:
+        raise ValueError(f"grid.{path} = {value!r}: a grid axis is a non-empty tuple of values")
+
+  walk(grid, "")
+  for path, _ in out:
+    _lookup(config, path, where=f"grid.{path}")
+  return out
+
+
+def _lookup(config, path: str, *, where: str):
+  node = config
+  for part in path.split("."):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      raise ValueError(f"{where}: the config has no field {path!r}")
+    node = node[part]
+  return node
+
+
+def _format(value: Any) -> str:
+  return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+
+def cell_id(overrides: dict) -> str:
+  return ",".join(f"{k}={_format(v)}" for k, v in overrides.items()) or "base"
+
+
+def apply(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
+  """A copy of `config` without its grid and with `overrides` set (types are checked)."""
+  out = ml_collections.ConfigDict(config.to_dict())
+  if GRID in out:
+    del out[GRID]
+  for path, value in overrides.items():
+    *parents, leaf = path.split(".")
+    node = out
+    for part in parents:
+      node = node[part]
+    try:
+      node[leaf] = value
+    except TypeError as e:
+      raise ValueError(f"grid.{path} = {value!r}: {e}") from None
+  out.lock()
+  return out
+
+
+def cells(config: ml_collections.ConfigDict) -> list[Cell]:
+  """Every cell of the sweep, in order."""
+  ax = axes(config)
+  names = [name for name, _ in ax]
+  out = []
+  for i, combo in enumerate(itertools.product(*(values for _, values in ax))):
+    overrides = dict(zip(names, combo))
+    out.append(Cell(i, cell_id(overrides), overrides, apply(config, overrides)))
+  return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+  """"i/n" -> (i, n) with 0 <= i < n.
+
+  Raises:
+    ValueError: naming the flag and the expected form.
+  """
+  try:
+    i, n = (int(x) for x in text.split("/"))
+  except ValueError:
+    raise ValueError(f"--shard={text!r}: expected i/n, e.g. 0/4") from None
+  if not 0 <= i < n:
+    raise ValueError(f"--shard={text!r}: needs 0 <= i < n")
+  return i, n
+
+
+def default_shard() -> tuple[int, int]:
+  """(jax.process_index(), jax.process_count()) on a multi-host setup, else (0, 1)."""
+  import jax
+
+  n = jax.process_count()
+  return (jax.process_index(), n) if n > 1 else (0, 1)
+
+
+def shard(all_cells: list[Cell], i: int, n: int) -> list[Cell]:
+  """Every n-th cell starting at i (by sweep index)."""
+  return [c for c in all_cells if c.index % n == i]

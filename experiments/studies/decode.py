@@ -1,0 +1,229 @@
+"""Decoding through the engine: accepted length, acceptance per draft position, tokens/s, host
+time share and validity of completed outputs, per drafter and workload.
+
+One cell = one engine configuration (drafter, K, jump-forward, masked q, bridge) and one
+request-level setting (constraint on/off, backend, temperature) over the config's workloads.
+The acceptance study and the engine benchmark are configs of this study.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from experiments import workloads
+from experiments.runner import plots
+
+
+def _items(c) -> list:
+  from infernix_jax.train.prompts import split_of
+
+  out = []
+  for spec in c.workloads:
+    keep = (lambda item: split_of(item.id) == c.split) if c.split else None
+    items = workloads.load(spec, 0, seed=c.seed)
+    if keep:
+      items = [it for it in items if keep(it)]
+    out += workloads._subset(items, c.per_workload, c.seed)
+  return out
+
+
+def units(c) -> int:
+  return max(1, len(c.workloads) * c.per_workload)
+
+
+def _target(c, ctx):
+  from infernix_jax.runtime import compile_cache
+  from infernix_jax.train.corpus import load_target
+
+  compile_cache.enable()
+  return ctx.get("model", c.model, lambda: load_target(c.model or None)[0])
+
+
+def _engine(c, target):
+  from infernix_jax.runtime import Engine, GenerationRequest, drafters
+
+  cfg, model, tok, vocab, compiler = target
+  d = c.drafter
+  drafter = drafters.create(d.name, k=d.k, jump_forward=d.jump_forward, target=(cfg, model),
+                            draft_model=(cfg, model), weights=d.weights or None,
+                            draft_sampling=d.draft_sampling)
+  eng = Engine(model, vocab, drafter, lanes=c.lanes, capacity=c.capacity, bridge=c.bridge,
+               masked_q=c.masked_q, compiler=compiler, cfg=cfg)
+  eng.warmup()
+  return eng
+
+
+def group(c) -> tuple:
+  return _engine_key(c)
+
+
+def _engine_key(c) -> tuple:
+  d = c.drafter
+  return (c.model, d.name, d.k, d.jump_forward, d.weights, d.draft_sampling, c.masked_q,
+          c.bridge, c.lanes, c.capacity)
+
+
+def run_cell(c, ctx) -> Iterator[dict]:
+  from infernix_jax.runtime import GenerationRequest, SamplingOptions
+  from infernix_jax.runtime.cli import frame_prompt
+
+  target = _target(c, ctx)
+  cfg, model, tok, vocab, compiler = target
+  eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, target))
+  items = _items(c)
+  reqs, kept = [], []
+  for i, item in enumerate(items):
+    ids = list(tok.encode(frame_prompt(tok, item.prompt)))
+    budget = c.max_tokens or item.max_tokens
+    if len(ids) + budget + 2 * (eng.k + 1) > c.capacity:
+      yield {"kind": "skip", "item": item.id, "why": f"prompt of {len(ids)} tokens + budget "
+             f"{budget} exceeds capacity {c.capacity}"}
+      continue
+    constraint = item.output_constraint() if c.constrained else None
+    reqs.append(GenerationRequest(
+        ids, max_tokens=budget, constraint=constraint,
+        backend=None if c.backend == "auto" or constraint is None else c.backend,
+        sampling=SamplingOptions(temperature=c.temperature, seed=c.seed + i)))
+    kept.append(item)
+  if not reqs:
+    return
+  # Compile the free and the constrained rounds outside the measured run.
+  eng.generate([GenerationRequest(reqs[0].prompt_ids, max_tokens=2),
+                GenerationRequest(reqs[0].prompt_ids, max_tokens=2,
+                                  constraint=reqs[0].constraint, backend=reqs[0].backend)])
+  eng.stats.clear()
+  eng.host.stats.clear()
+  t0 = time.perf_counter()
+  results = eng.generate(reqs)
+  wall = time.perf_counter() - t0
+  for item, req, res in zip(kept, reqs, results):
+    completed = res.finish_reason.value == "stop"
+    yield {
+        "kind": "request", "item": item.id, "workload": item.workload,
+        "model": c.model or "embedded",
+        "prompt_tokens": len(req.prompt_ids),
+        "constraint": list(item.constraint) if req.constraint is not None else None,
+        "sampling": {"temperature": c.temperature, "seed": req.sampling.seed},
+        "drafter": c.drafter.to_dict(), "masked_q": c.masked_q, "backend": c.backend,
+        "tokens": len(res.token_ids), "text": res.text, "finish_reason": res.finish_reason.value,
+        "error": res.error, "rounds": len(res.rounds), "accepted": res.accepted,
+        "drafted": res.drafted, "accepted_length": res.accepted_length,
+        "per_round": [[r.drafted, r.accepted] for r in res.rounds],
+        "jump_forward_tokens": res.constraint.jump_forward_tokens if res.constraint else 0,
+        "valid": item.validate(res.text) if completed else None,
+        "wall_s": res.wall_seconds}
+  hs, st = eng.host.stats, eng.stats
+  rounds = max(st["round_seconds"], 1e-9)
+  tokens = sum(len(r.token_ids) for r in results)
+  yield {"kind": "measurement", "requests": len(reqs), "tokens": tokens, "wall_s": wall,
+         "tokens_per_s": tokens / wall, "rounds": st["rounds"],
+         "round_ms": 1e3 * st["round_seconds"] / max(st["rounds"], 1),
+         "host_share": (hs["begin_seconds"] + hs["mask_seconds"] + hs["commit_seconds"]) / rounds,
+         "host_mask_share": hs["mask_seconds"] / rounds,
+         "draft_wait_share": hs["draft_wait_seconds"] / rounds}
+
+
+def label(ov: dict) -> str:
+  """A short name of a cell from its overrides (drafter first)."""
+  d = ov.get("drafter.name", "")
+  parts = [d + ("+jump" if ov.get("drafter.jump_forward") else "")] if d else []
+  for key, name in (("drafter.k", "K"), ("temperature", "T"), ("backend", ""),
+                    ("bridge", ""), ("lanes", "lanes ")):
+    if key in ov:
+      parts.append(f"{name}{ov[key]}" if name else str(ov[key]))
+  if "masked_q" in ov:
+    parts.append("masked q" if ov["masked_q"] else "plain q")
+  if "constrained" in ov:
+    parts.append("constrained" if ov["constrained"] else "free")
+  return " ".join(parts) or "base"
+
+
+def _per_position(rows, k_max) -> list[float]:
+  num, den = np.zeros(k_max), np.zeros(k_max)
+  for r in rows:
+    for drafted, accepted in r["per_round"]:
+      for i in range(min(drafted, k_max)):
+        den[i] += 1
+        num[i] += accepted > i
+  return [float(n / d) if d else float("nan") for n, d in zip(num, den)]
+
+
+def summarize(records, c, out: Path) -> str:
+  reqs = [r for r in records if r.get("kind") == "request"]
+  meas = {r["cell"]: r for r in records if r.get("kind") == "measurement"}
+  by_cell = collections.defaultdict(list)
+  for r in reqs:
+    by_cell[r["cell"]].append(r)
+  cells = list(dict.fromkeys(r["cell"] for r in records if r.get("kind") == "cell"))
+  ov = {r["cell"]: r.get("overrides", {}) for r in records if r.get("kind") == "cell"}
+  k_max = max([c.drafter.k] + [int(o.get("drafter.k", 0)) for o in ov.values()])
+  rows = []
+  for cell in cells:
+    rs, m = by_cell.get(cell, []), meas.get(cell, {})
+    if not rs:
+      continue
+    rounds = sum(r["rounds"] for r in rs)
+    acc_len = (sum(r["accepted"] for r in rs) + rounds) / max(rounds, 1)
+    done = [r for r in rs if r["valid"] is not None]
+    pos = _per_position(rs, k_max)
+    rows.append([label(ov[cell]), len(rs), f"{acc_len:.2f}",
+                 " / ".join("-" if np.isnan(p) else f"{p:.2f}" for p in pos),
+                 f"{m.get('tokens_per_s', 0):.1f}", f"{100 * m.get('host_share', 0):.1f}",
+                 f"{sum(r['valid'] for r in done)}/{len(done)}",
+                 sum(r["finish_reason"] == "length" for r in rs),
+                 sum(r["jump_forward_tokens"] for r in rs)])
+  split = ", validation split of the drafters' prompt mix" if c.split else ""
+  parts = [c.get("description", ""), "",
+           f"Model: {c.model or 'embedded SmolLM2-135M-Instruct (Q4_1 GGUF, f32)'}; workloads "
+           f"{', '.join(c.workloads)} ({c.per_workload} each"
+           f"{split}); "
+           f"{c.max_tokens or 'per-item'} tokens; {c.lanes} lanes.", "",
+           plots.table(["cell", "requests", "accepted length",
+                        f"acceptance by draft position 1..{k_max}", "tokens/s",
+                        "host % of round", "valid / completed", "hit max_tokens",
+                        "jump-forward drafts"], rows), ""]
+  # Accepted length per drafter and workload (one bar group per workload).
+  wl = list(dict.fromkeys(r["workload"] for r in reqs))
+  series = {}
+  for cell in cells:
+    rs = by_cell.get(cell, [])
+    vals = []
+    for w in wl:
+      sub = [r for r in rs if r["workload"] == w]
+      rounds = sum(r["rounds"] for r in sub)
+      vals.append((sum(r["accepted"] for r in sub) + rounds) / max(rounds, 1) if sub else 0)
+    if rs:
+      series[label(ov[cell])] = vals
+  if series and len(series) <= 24:
+    name = plots.grouped_bars(out / "accepted_length.png", wl, series,
+                              title="Accepted length per drafter and workload",
+                              ylabel="tokens per round")
+    parts += [f"![accepted length]({name})", ""]
+    pos_series = {label(ov[cell]): _per_position(by_cell[cell], k_max) for cell in cells
+                  if by_cell.get(cell) and any(r["drafted"] for r in by_cell[cell])}
+    if pos_series:
+      name = plots.lines(out / "acceptance_by_position.png", list(range(1, k_max + 1)),
+                         pos_series, title="Acceptance by draft position",
+                         xlabel="draft position", ylabel="P(accepted | drafted)")
+      parts += [f"![acceptance by position]({name})", ""]
+  parts += ["Accepted length: tokens per round (accepted drafts + 1). Acceptance by position i: "
+            "rounds whose i-th draft was accepted / rounds that drafted at least i. Host %: "
+            "host begin + mask + commit time over round time. Valid: completed outputs "
+            "accepted by the workload's oracle (jsonschema, label set, regex)."]
+  return "\n".join(parts)
+
+
+SAMPLING_DRAFTERS = ("dflash2",)
+
+
+def skip(c) -> str | None:
+  """Cells that repeat another: masked q off differs only where a sampled q meets a mask."""
+  sampled = c.drafter.name in SAMPLING_DRAFTERS or c.drafter.draft_sampling
+  if not c.masked_q and not (sampled and c.constrained and c.temperature > 0):
+    return "masked q changes nothing here (one-hot q, greedy, or no constraint)"
+  return None

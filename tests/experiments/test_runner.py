@@ -1,0 +1,128 @@
+"""The study runner: grids, resume, failed cells, determinism, shards and their merge, the
+report never touching a tracked folder unless asked. Cells are the exactness study's
+counter-example (a second each), so the runner's own behaviour is what is tested."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import ml_collections
+import pytest
+
+from experiments import report, run as runner
+from experiments.runner import store, sweep
+from tests.experiments import _configs
+
+
+def _config(**grid):
+  c = _configs.load("exactness")
+  c.counter_samples = 3000
+  c.publish_dir = ""
+  c.grid = ml_collections.ConfigDict()
+  c.grid.drafter = grid.get("drafter", ("counterexample/dense", "counterexample/sparse"))
+  c.grid.rule = grid.get("rule", ("exact", "drop-illegal"))
+  return c
+
+
+def _run(c, tmp_path, **kw):
+  return runner.run(c, results_dir=str(tmp_path), stream=io.StringIO(), **kw)
+
+
+def _measurements(run_dir):
+  return {r["cell"]: {k: v for k, v in r.items() if k != "overrides"}
+          for r in store.read_records(run_dir) if r.get("kind") == "measurement"}
+
+
+def test_grid_expands_in_declaration_order_with_stable_ids():
+  cells = sweep.cells(_config())
+  assert [c.id for c in cells] == [
+      "drafter=counterexample/dense,rule=exact", "drafter=counterexample/dense,rule=drop-illegal",
+      "drafter=counterexample/sparse,rule=exact",
+      "drafter=counterexample/sparse,rule=drop-illegal"]
+  assert cells[3].config.drafter == "counterexample/sparse"
+  assert cells[3].config.rule == "drop-illegal" and "grid" not in cells[3].config
+
+
+def test_bad_grids_and_shards_name_the_field():
+  c = _config()
+  c.grid.nonexistent = (1, 2)
+  with pytest.raises(ValueError, match="grid.nonexistent.*no field 'nonexistent'"):
+    sweep.cells(c)
+  c = _config()
+  c.grid.samples = 5
+  with pytest.raises(ValueError, match="grid.samples = 5: a grid axis is a non-empty tuple"):
+    sweep.cells(c)
+  c = _config()
+  c.grid.samples = ("many",)
+  with pytest.raises(ValueError, match="grid.samples = 'many'"):
+    sweep.cells(c)
+  for bad in ("2", "3/2", "a/b", "-1/2"):
+    with pytest.raises(ValueError, match=f"--shard={bad!r}"):
+      sweep.parse_shard(bad)
+  assert sweep.parse_shard("1/3") == (1, 3)
+
+
+def test_run_resume_and_failed_cell(tmp_path):
+  c = _config(drafter=("counterexample/dense", "counterexample/bogus"), rule=("exact",))
+  d = _run(c, tmp_path)
+  cells = [r for r in store.read_records(d) if r.get("kind") == "cell"]
+  status = {r["cell"]: r["status"] for r in cells}
+  assert status == {"drafter=counterexample/dense,rule=exact": "ok",
+                    "drafter=counterexample/bogus,rule=exact": "error"}
+  err = next(r for r in cells if r["status"] == "error")
+  assert "q_kind='bogus'" in err["error"]
+  summary = (d / "summary.md").read_text()
+  assert "## Failed cells" in summary and "bogus" in summary
+  assert json.loads((d / "environment.json").read_text())["packages"]["jax"]
+  assert json.loads((d / "config.json").read_text())["counter_samples"] == 3000
+  # A rerun of the same config reuses the directory, skips the done cell, retries the failed one.
+  before = _measurements(d)
+  d2 = _run(c, tmp_path)
+  assert d2 == d
+  assert _measurements(d2) == before
+  closes = [r for r in store.read_records(d) if r.get("kind") == "cell"]
+  assert [r["status"] for r in closes] == ["ok", "error"]  # the failed attempt was replaced
+  # A different config gets a new directory.
+  c.counter_samples = 2000
+  assert _run(c, tmp_path) != d
+
+
+def test_deterministic_and_shards_merge_to_the_whole(tmp_path):
+  c = _config()
+  whole = _run(c, tmp_path / "whole")
+  again = _run(c, tmp_path / "again")
+  assert _measurements(whole) == _measurements(again)
+  shards = [_run(c, tmp_path / f"s{i}", shard=f"{i}/2") for i in range(2)]
+  assert [len(_measurements(s)) for s in shards] == [2, 2]
+  assert shards[0].name.endswith("-shard0of2")
+  merged = report.build(shards, out_dir=tmp_path / "merged")
+  whole_table = (whole / "summary.md").read_text().split("| drafter |", 1)[1]
+  assert merged.read_text().split("| drafter |", 1)[1] == whole_table
+  assert (tmp_path / "merged" / "exactness_tv.png").stat().st_size > 0
+  # Shards of different configs refuse to merge.
+  other = _config(rule=("exact",))
+  with pytest.raises(ValueError, match="different configs"):
+    report.build([shards[0], _run(other, tmp_path / "other")], out_dir=tmp_path / "x")
+
+
+def test_publish_only_when_asked(tmp_path):
+  c = _config(rule=("exact",), drafter=("counterexample/dense",))
+  c.publish_dir = str(tmp_path / "tracked")
+  _run(c, tmp_path / "runs")
+  assert not (tmp_path / "tracked").exists()
+  _run(c, tmp_path / "runs", publish=True)
+  assert (tmp_path / "tracked" / "summary.md").exists()
+  assert (tmp_path / "tracked" / "exactness_tv.png").exists()
+
+
+def test_counter_example_verdicts(tmp_path):
+  """The study's own claim on the counter-example: the exact rule passes, the naive one is
+  rejected with a = 0.75."""
+  d = _run(_config(drafter=("counterexample/dense",)), tmp_path)
+  m = _measurements(d)
+  exact = m["drafter=counterexample/dense,rule=exact"]
+  naive = m["drafter=counterexample/dense,rule=drop-illegal"]
+  assert exact["pvalue"] > 1e-3 and exact["tv"] < 0.03
+  observed = {tuple(t["output"]): t["observed"] for t in naive["top"]}
+  assert naive["pvalue"] < 1e-12 and abs(observed[("a",)] - 0.75) < 0.03
