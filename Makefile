@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 XGRAMMAR_VERSION := 0.2.8
 SMOLLM2_VERSION := 0.1.2
 
-.PHONY: setup setup-test run test bench peer-bench clean
+.PHONY: setup setup-test setup-study run test bench peer-bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -27,9 +27,13 @@ run: setup
 test: setup-test
 	$(VPY) -m pytest -q tests
 
-# Engine benchmark, few configurations (core install only; prints its table, writes no file).
-bench: setup
-	$(VPY) benchmarks/engine_bench.py --quick
+# Study extras (plots, ICD-10-CM codes, other vocabularies) over the core install.
+setup-study: setup
+	$(VPY) -m pip install -q -e '.[study]'
+
+# Engine benchmark (the engine study config), three drafters; writes results/decode/<time>/.
+bench: setup-study
+	$(VPY) -m experiments.run --config=configs/engine.py:quick
 
 # Ours vs the Python peer (transformers + XGrammar on the same GGUF), every drafter, 1 and 4
 # lanes, token identity and the weight-streaming floor; writes docs/results/performance.md.

@@ -20,6 +20,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.template = "pe"          # the paper's single-pass prompt (shared by PE and trie)
   c.limit = 200              # examples per dataset: first `limit` after a seeded shuffle
   c.seed = 0
+  c.chunks = 4               # each (dataset, mode) runs as this many cells of limit/chunks
+  c.chunk = 0
   c.max_tokens = 24
   c.backend = "trie"
   c.lanes = 4
@@ -29,12 +31,15 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.grid = ml_collections.ConfigDict()
   c.grid.dataset = ("trec", "banking77", "clinc150")
   c.grid.mode = ("pe", "trie")
+  c.grid.chunk = tuple(range(c.chunks))
   if variant == "smoke":
     c.model = "tiny-random"
     c.limit = 2
     c.max_tokens = 12
     c.lanes = 2
     c.batch = 2
+    c.chunks = 1
+    c.grid.chunk = (0,)
     c.grid.dataset = ("trec", "clinc150")
     c.publish_dir = ""
   elif variant:

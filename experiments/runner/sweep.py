@@ -6,8 +6,9 @@ values at each leaf:
   c.grid.drafter.name = ("ngram", "mtp")
   c.grid.constrained = (True, False)
 
-The cells are the cartesian product, the first declared axis outermost (put the axes that
-rebuild an engine first, so consecutive cells share one). A config without a grid is one cell.
+The cells are the cartesian product over the axes in the grid's key order (ml_collections
+iterates keys sorted by name), the first axis outermost; a study may run them grouped by
+what they share (`group`). A config without a grid is one cell.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Cell:
 
 
 def axes(config: ml_collections.ConfigDict) -> list[tuple[str, tuple]]:
-  """The grid's (dotted field, values) pairs in declaration order.
+  """The grid's (dotted field, values) pairs in key order.
 
   Raises:
     ValueError: a grid leaf that is not a non-empty tuple/list, or a field the config lacks.

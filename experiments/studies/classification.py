@@ -3,8 +3,8 @@
 Table 6 style): identical prompts (its Appendix C.1 single-pass template), greedy decoding,
 the only difference being the choice constraint over the label set (trie backend).
 
-One cell = one dataset and one mode ("pe": free answer fuzzy-matched to a label; "trie": the
-answer is a label by construction).
+One cell = one dataset, one mode ("pe": free answer fuzzy-matched to a label; "trie": the
+answer is a label by construction) and one chunk of the subset (so a long run resumes).
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ PAPER = [
 
 
 def units(c) -> int:
-  return c.limit
+  return len(_chunk(list(range(c.limit)), c))
+
+
+def _chunk(items: list, c) -> list:
+  """The `c.chunk`-th of `c.chunks` equal parts of the subset (cells small enough to resume)."""
+  size = -(-len(items) // c.chunks)
+  return items[c.chunk * size:(c.chunk + 1) * size]
 
 
 def _normalize(s: str) -> str:
@@ -59,8 +65,8 @@ def run_cell(c, ctx) -> Iterator[dict]:
   target = _target(c, ctx)
   cfg, model, tok, vocab, compiler = target
   trie = c.mode == "trie"
-  items = workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed, template=c.template,
-                         constrained=trie)
+  items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
+                                template=c.template, constrained=trie), c)
   eng = ctx.get("engine", (c.model, c.lanes, c.capacity), lambda: _engine(c, target))
   reqs = []
   for item in items:
@@ -105,7 +111,7 @@ def summarize(records, c, out: Path) -> str:
   datasets = list(dict.fromkeys(r["dataset"] for r in reqs))
   rows, acc_series = [], {"PE (prompt only)": [], "PE + trie": []}
   for d in datasets:
-    row = [d, len(agg[(d, "pe")]) or len(agg[(d, "trie")])]
+    row = [d, f"{len(agg[(d, 'pe')])} / {len(agg[(d, 'trie')])}"]
     for mode, key in (("pe", "PE (prompt only)"), ("trie", "PE + trie")):
       rs = agg.get((d, mode), [])
       acc = 100 * sum(r["correct"] for r in rs) / max(len(rs), 1)
@@ -120,7 +126,7 @@ def summarize(records, c, out: Path) -> str:
       "trie answers are labels by construction. Subset: the first "
       f"{c.limit} test examples after a shuffle seeded {c.seed} (CLINC150: in-scope tests).", "",
       f"Model: {c.model or 'embedded SmolLM2-135M-Instruct'}.", "",
-      plots.table(["dataset", "examples", "PE accuracy %", "PE validity %",
+      plots.table(["dataset", "examples (PE / trie)", "PE accuracy %", "PE validity %",
                    "PE+trie accuracy %", "PE+trie validity %"], rows), ""]
   if datasets:
     name = plots.grouped_bars(out / "classification_accuracy.png", datasets, acc_series,

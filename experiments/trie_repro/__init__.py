@@ -1,1 +1,2 @@
-"""Reproduction of the trie-automaton paper's latency study (see configs/trie_repro.py)."""
+"""The trie paper's latency study: peers, enum sets, vocabularies, measurements and report
+(run by `experiments.studies.trie`, config `configs/trie.py`)."""

@@ -31,9 +31,10 @@ INTRO = """# Trie automaton for large finite sets: reproduction
 Reproduces the latency study of the trie-automaton paper (`shared/reference/001_...`, section 5,
 appendices C, G, H, M) with this repository's trie backend (`infernix_jax/constrain/trie/`,
 numpy-vectorized Python) against XGrammar 0.2.8 and LLGuidance 1.9.1 on the same vocabulary,
-in the same process, one thread each. Regenerate with
+in the same process, one thread each. The raw lines below were measured before the study
+runner existed (new runs: `python -m experiments.run --config=configs/trie.py`, report in
+`docs/results/trie/`); this report is rebuilt from them with
 
-    python -m experiments.trie_repro.run --config=configs/trie_repro.py
     python -m experiments.trie_repro.report experiments/trie_repro/results/*.jsonl --out docs/results/trie.md
 
 (This report layers, in order: `run1` full sweep with every peer (XGrammar up to K = 10,000),

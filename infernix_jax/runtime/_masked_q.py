@@ -103,6 +103,8 @@ def drop_illegal(mask, enabled, states, drafts, n_drafts, vocab_size: int):
     n_drafts i32[B] (no greater than before).
   """
   b, k = drafts.shape
+  if k == 0:  # a round narrowed to no drafts
+    return n_drafts
   step = jnp.arange(k, dtype=jnp.int32)
   ready = (enabled[:, None] & (states[:, :k] == mask_layout.READY)
            & (step[None, :] < n_drafts[:, None]))

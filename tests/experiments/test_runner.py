@@ -34,7 +34,7 @@ def _measurements(run_dir):
           for r in store.read_records(run_dir) if r.get("kind") == "measurement"}
 
 
-def test_grid_expands_in_declaration_order_with_stable_ids():
+def test_grid_expands_in_key_order_with_stable_ids():
   cells = sweep.cells(_config())
   assert [c.id for c in cells] == [
       "drafter=counterexample/dense,rule=exact", "drafter=counterexample/dense,rule=drop-illegal",

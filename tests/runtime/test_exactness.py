@@ -120,6 +120,26 @@ def test_sampling_distribution_equals_ordinary(name, constrained, masked_q):
       assert sum(r.drafted for r in results) > 0
 
 
+def test_the_naive_drop_illegal_rule_is_caught():
+  """The power check of the chi-square tests above: the wrong rule (an illegal draft dropped,
+  a bonus drawn from p in its place) is rejected where a sampled q spreads onto illegal
+  tokens, and agrees with the exact rule under masked q."""
+  cfg, model = h.tiny_model()
+  want = exact(0, 4, 1.0, True)
+  requests = [GenerationRequest(PROMPTS[0], max_tokens=4, constraint=SPEC,
+                                sampling=SamplingOptions(temperature=1.0, seed=s))
+              for s in range(1200)]
+  pvalues = {}
+  for masked_q in (False, True):
+    eng = Engine(model, h.toy_vocab(), VARIANTS["dflash2"], lanes=LANES, capacity=32,
+                 masked_q=masked_q, acceptance="drop-illegal")
+    pvalues[masked_q] = h.chi_square_pvalue(want, [tuple(r.token_ids)
+                                                   for r in run(eng, requests, masked_q)])
+  assert pvalues[False] < 1e-6 and pvalues[True] > 1e-3, pvalues
+  with pytest.raises(ValueError, match="acceptance='nope' must be one of exact, drop-illegal"):
+    Engine(model, h.toy_vocab(), acceptance="nope")
+
+
 def test_top_k_over_legal_tokens():
   """top_k = 2 (chosen among legal tokens) through the engine matches the FP64 oracle."""
   cfg, model = h.tiny_model()
