@@ -23,7 +23,8 @@ from experiments.runner import store, sweep
 
 
 def merge(run_dirs: list[Path]) -> tuple[dict, list[dict], list[dict]]:
-  """(config dict, records of successful cells in sweep order, records closing failed cells).
+  """(config dict, records of successful cells in sweep order, records closing cells that
+  failed or whose data was absent).
 
   Raises:
     ValueError: a directory without a config, or directories with different configs.
@@ -37,7 +38,8 @@ def merge(run_dirs: list[Path]) -> tuple[dict, list[dict], list[dict]]:
     records = store.read_records(Path(d))
     ok = store.closed_ok(records) - taken
     kept += [r for r in records if r["cell"] in ok]
-    failures += [r for r in records if r.get("kind") == "cell" and r.get("status") == "error"
+    failures += [r for r in records if r.get("kind") == "cell"
+                 and r.get("status") in ("error", "unavailable")
                  and r["cell"] not in taken | store.closed_ok(records)]
     taken |= ok
   if any(store.canonical(c) != store.canonical(configs[0]) for c in configs[1:]):
@@ -64,8 +66,9 @@ def _header(config: dict, run_dirs, records, failures) -> str:
            f"{env.get('host', {}).get('cpus', '?')} CPUs; jax {pk.get('jax')}, "
            f"xgrammar {pk.get('xgrammar')}, llguidance {pk.get('llguidance')}.", ""]
   if failures:
-    lines += ["## Failed cells", "", "| cell | error |", "|---|---|"]
-    lines += [f"| {f['cell']} | {f['error'][:200].replace('|', '/')} |" for f in failures]
+    lines += ["## Cells not done", "", "| cell | status | error |", "|---|---|---|"]
+    lines += [f"| {f['cell']} | {f['status']} | {f['error'][:200].replace('|', '/')} |"
+              for f in failures]
     lines.append("")
   return "\n".join(lines)
 

@@ -20,7 +20,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import report as report_lib
-from experiments import studies
+from experiments import studies, workloads
 from experiments.runner import environment, store, sweep
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "study config file (get_config)")
@@ -79,6 +79,10 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
             bar.update(done_units + seen, cell=cell.id)
         rd.append(cell.id, {"kind": "cell", "status": "ok", "overrides": cell.overrides,
                             "seconds": time.perf_counter() - t0})
+      except workloads.WorkloadUnavailable as e:  # data absent: skipped with its message
+        rd.append(cell.id, {"kind": "cell", "status": "unavailable", "overrides": cell.overrides,
+                            "seconds": time.perf_counter() - t0, "error": str(e)})
+        print(f"\ncell {cell.id} skipped: {e}", file=stream, flush=True)
       except Exception as e:  # recorded with its error; the sweep goes on
         failed += 1
         rd.append(cell.id, {"kind": "cell", "status": "error", "overrides": cell.overrides,

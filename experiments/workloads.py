@@ -143,9 +143,9 @@ def _subset(items: list[Item], limit: int, seed: int) -> list[Item]:
   return items
 
 
-def labels(dataset: str, data: Path = DATA) -> tuple[list[str], list[tuple[str, str]]]:
+def labels(dataset: str, data: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:
   """(label set, [(text, gold label)]) of a classification test set, in file order."""
-  root = data / "labels"
+  root = Path(data or DATA) / "labels"
   if dataset == "trec":
     labels_ = json.loads(_need(root / "trec/fine_labels_in_test.json").read_text())
     rows = []
@@ -258,7 +258,8 @@ def _bfcl(subset, limit, seed, data):
   return _subset(items, limit, seed)
 
 
-def load(spec: str, limit: int = 0, *, seed: int = 0, data: Path = DATA, **options) -> list[Item]:
+def load(spec: str, limit: int = 0, *, seed: int = 0, data: Path | None = None,
+         **options) -> list[Item]:
   """The items of workload `spec` ("kind:arg"), `limit` of them (0 = all) by a `seed`ed draw.
 
   Raises:
@@ -266,17 +267,18 @@ def load(spec: str, limit: int = 0, *, seed: int = 0, data: Path = DATA, **optio
     ValueError: an unknown workload kind or argument.
   """
   kind, _, arg = spec.partition(":")
+  data = Path(data or DATA)
   if kind == "labels":
-    return _labels(arg, limit, seed, Path(data), **options)
+    return _labels(arg, limit, seed, data, **options)
   if kind == "jsonschema":
-    return _jsonschema(arg, limit, seed, Path(data))
+    return _jsonschema(arg, limit, seed, data)
   if kind == "gbnf":
-    return _gbnf(arg, limit, seed, Path(data))
+    return _gbnf(arg, limit, seed, data)
   if kind == "tools":
     return _tools(arg, limit, seed)
   if kind == "regex":
     return _regex(arg, limit, seed)
   if kind == "bfcl":
-    return _bfcl(arg, limit, seed, Path(data))
+    return _bfcl(arg, limit, seed, data)
   raise ValueError(f"workload {spec!r}: unknown kind; known: labels, jsonschema, gbnf, tools, "
                    f"regex, bfcl")

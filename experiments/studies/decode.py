@@ -20,16 +20,21 @@ from experiments.runner import plots
 
 
 def _items(c) -> list:
+  """`c.per_workload` items of each workload; with `c.split`, items of the drafters' training
+  sources (JSON schemas, BFCL questions) come from that split only."""
   from infernix_jax.train.prompts import split_of
 
   out = []
   for spec in c.workloads:
-    keep = (lambda item: split_of(item.id) == c.split) if c.split else None
     items = workloads.load(spec, 0, seed=c.seed)
-    if keep:
-      items = [it for it in items if keep(it)]
+    if c.split:
+      items = [it for it in items
+               if not it.id.startswith(TRAINED_SOURCES) or split_of(it.id) == c.split]
     out += workloads._subset(items, c.per_workload, c.seed)
   return out
+
+
+TRAINED_SOURCES = ("json/", "tool/")  # ids shared with the distillation prompt mix
 
 
 def units(c) -> int:

@@ -91,6 +91,40 @@ def run_cell(c, ctx) -> Iterator[dict]:
                   "observed": observed.get(k, 0) / len(samples)} for k in top]}
 
 
+def _distributions(path: Path, by: dict) -> str:
+  """Expected vs sampled frequencies of the top outputs, one panel per drafter x masked q
+  where both rules ran; returns the file name ("" when no cell ran both)."""
+  from experiments.runner.plots import _plt
+
+  panels = [(d, m) for (d, m, rule) in by if rule == "exact" and (d, m, "drop-illegal") in by]
+  if not panels:
+    return ""
+  plt = _plt()
+  cols = min(3, max(1, len(panels)))
+  rows = -(-len(panels) // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+  for ax, (d, m) in zip(axes.flat, panels):
+    exact, naive = by[(d, m, "exact")], by[(d, m, "drop-illegal")]
+    labels = [" ".join(map(str, t["output"])) or "()" for t in exact["top"]]
+    got_naive = {tuple(t["output"]): t["observed"] for t in naive["top"]}
+    xs = np.arange(len(labels))
+    ax.bar(xs - 0.27, [t["expected"] for t in exact["top"]], 0.27, label="exact law")
+    ax.bar(xs, [t["observed"] for t in exact["top"]], 0.27, label="exact rule")
+    ax.bar(xs + 0.27, [got_naive.get(tuple(t["output"]), 0.0) for t in exact["top"]], 0.27,
+           label="drop-illegal rule")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
+    ax.set_title(d if d.startswith("counter") else f"{d}, {'masked' if m else 'plain'} q",
+                 fontsize=9)
+  for ax in list(axes.flat)[len(panels):]:
+    ax.axis("off")
+  axes.flat[0].legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path.name
+
+
 def summarize(records, c, out: Path) -> str:
   meas = [r for r in records if r.get("kind") == "measurement"]
   ov = lambda r: r.get("overrides", {})  # noqa: E731
@@ -120,8 +154,13 @@ def summarize(records, c, out: Path) -> str:
   if rows:
     name = plots.grouped_bars(out / "exactness_tv.png", groups, series,
                               title="Distance to the exact distribution", ylabel="TV distance")
-    parts += [f"![TV distance]({name})", "",
-              "The naive rule is wrong exactly where a sampled q puts mass on illegal tokens "
+    parts += [f"![TV distance]({name})", ""]
+    name = _distributions(out / "exactness_distributions.png", by)
+    if name:
+      parts += [f"![output distributions]({name})", "",
+                "Above: the probability of the most likely outputs under the exact "
+                "distribution beside their sampled frequency under each rule.", ""]
+    parts += ["The naive rule is wrong exactly where a sampled q puts mass on illegal tokens "
               "(the counter-example, and sampling drafters with masked q off); with masked q "
               "on, or a one-hot q, no draft it would drop survives, so both rules agree."]
   return "\n".join(parts)

@@ -73,7 +73,7 @@ def test_run_resume_and_failed_cell(tmp_path):
   err = next(r for r in cells if r["status"] == "error")
   assert "q_kind='bogus'" in err["error"]
   summary = (d / "summary.md").read_text()
-  assert "## Failed cells" in summary and "bogus" in summary
+  assert "## Cells not done" in summary and "bogus" in summary
   assert json.loads((d / "environment.json").read_text())["packages"]["jax"]
   assert json.loads((d / "config.json").read_text())["counter_samples"] == 3000
   # A rerun of the same config reuses the directory, skips the done cell, retries the failed one.
@@ -86,6 +86,24 @@ def test_run_resume_and_failed_cell(tmp_path):
   # A different config gets a new directory.
   c.counter_samples = 2000
   assert _run(c, tmp_path) != d
+
+
+def test_absent_data_skips_the_cell_with_its_message(tmp_path):
+  c = _configs.load("classification", "smoke")
+  c.grid.dataset = ("trec",)
+  c.grid.mode = ("pe",)
+  c.model = "tiny-random"
+  import experiments.workloads as wl
+
+  real = wl.DATA
+  try:
+    wl.DATA = tmp_path / "absent"
+    d = _run(c, tmp_path / "runs")
+  finally:
+    wl.DATA = real
+  [cell] = [r for r in store.read_records(d) if r.get("kind") == "cell"]
+  assert cell["status"] == "unavailable" and "is absent" in cell["error"]
+  assert "unavailable" in (d / "summary.md").read_text()
 
 
 def test_deterministic_and_shards_merge_to_the_whole(tmp_path):
