@@ -59,7 +59,7 @@ def match(text: str, labels) -> str | None:
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
-  from infernix_jax.runtime import Engine, GenerationRequest, drafters
+  from infernix_jax.runtime import GenerationRequest
   from infernix_jax.runtime.cli import frame_prompt
 
   target = _target(c, ctx)

@@ -50,7 +50,7 @@ def _target(c, ctx):
 
 
 def _engine(c, target):
-  from infernix_jax.runtime import Engine, GenerationRequest, drafters
+  from infernix_jax.runtime import Engine, drafters
 
   cfg, model, tok, vocab, compiler = target
   d = c.drafter
@@ -148,6 +148,37 @@ def label(ov: dict) -> str:
   return " ".join(parts) or "base"
 
 
+def _accepted_length(rows) -> float:
+  rounds = sum(r["rounds"] for r in rows)
+  return (sum(r["accepted"] for r in rows) + rounds) / max(rounds, 1)
+
+
+EFFECT_AXES = (("constrained", "constraint on vs off"), ("drafter.jump_forward",
+               "jump-forward on vs off"), ("masked_q", "masked q on vs off"))
+
+
+def _effects(cells, ov, by_cell) -> list:
+  """One row per boolean grid axis: the ratio of accepted lengths over cell pairs that differ
+  in that axis only."""
+  rows = []
+  for axis, name in EFFECT_AXES:
+    ratios = []
+    index = {tuple(sorted((k, str(v)) for k, v in ov[c].items() if k != axis)): c
+             for c in cells if ov[c].get(axis) is False and by_cell.get(c)}
+    for c in cells:
+      if ov[c].get(axis) is True and by_cell.get(c):
+        other = index.get(tuple(sorted((k, str(v)) for k, v in ov[c].items() if k != axis)))
+        if other:
+          ratios.append((_accepted_length(by_cell[c]) / _accepted_length(by_cell[other]),
+                         label({k: v for k, v in ov[c].items() if k != axis})))
+    if ratios:
+      vals = sorted(r for r, _ in ratios)
+      best = max(ratios)
+      rows.append([name, len(ratios), f"{float(np.median(vals)):.2f}",
+                   f"{vals[0]:.2f} - {vals[-1]:.2f}", best[1]])
+  return rows
+
+
 def _per_position(rows, k_max) -> list[float]:
   num, den = np.zeros(k_max), np.zeros(k_max)
   for r in rows:
@@ -216,6 +247,12 @@ def summarize(records, c, out: Path) -> str:
                          pos_series, title="Acceptance by draft position",
                          xlabel="draft position", ylabel="P(accepted | drafted)")
       parts += [f"![acceptance by position]({name})", ""]
+  effects = _effects(cells, ov, by_cell)
+  if effects:
+    parts += ["### Effect of one axis", "",
+              "Pairs of cells that differ in that axis only: accepted length with it on / "
+              "with it off (median over pairs, range, and the pair with the largest ratio).", "",
+              plots.table(["axis", "pairs", "median ratio", "range", "largest in"], effects), ""]
   parts += ["Accepted length: tokens per round (accepted drafts + 1). Acceptance by position i: "
             "rounds whose i-th draft was accepted / rounds that drafted at least i. Host %: "
             "host begin + mask + commit time over round time. Valid: completed outputs "

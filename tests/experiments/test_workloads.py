@@ -40,6 +40,18 @@ def test_jsonschema_and_bfcl_items_validate_with_jsonschema():
   assert call.validate(json.dumps({"name": name + "_nope", "arguments": {}})) is False
 
 
+@needs_data
+@pytest.mark.parametrize("name", ["arithmetic", "list"])
+def test_gbnf_workloads_compile(name):
+  from infernix_jax import constrain as ic
+  from infernix_jax import models as im
+
+  vocab = ic.Vocabulary.from_gguf(im.default_model_path())
+  items = workloads.load(f"gbnf:{name}", 0)
+  assert len(items) == 5
+  ic.ConstraintCompiler(vocab).compile(items[0].output_constraint())
+
+
 def test_synthetic_workloads_need_no_data():
   tools = workloads.load("tools:100", 5, seed=1)
   assert len(tools) == 5 and all(t.reference in t.constraint[1] for t in tools)
