@@ -25,7 +25,7 @@ run: setup
 	$(VPY) -m infernix_jax.runtime.cli generate
 
 test: setup-test
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q --durations=20 tests
 
 # Study extras (plots, ICD-10-CM codes, other vocabularies) over the core install.
 setup-study: setup

@@ -21,7 +21,7 @@ def grouped_bars(path: Path, groups: Sequence[str], series: dict[str, Sequence[f
   plt = _plt()
   n = max(1, len(series))
   width = 0.8 / n
-  fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(groups) * max(1, n / 2)), 4))
+  fig, ax = plt.subplots(figsize=(min(16, max(6, 0.3 * len(groups) * (n + 1))), 4.5))
   for j, (name, values) in enumerate(series.items()):
     xs = [i + (j - (n - 1) / 2) * width for i in range(len(groups))]
     ax.bar(xs, values, width, label=name,

@@ -153,6 +153,22 @@ def _accepted_length(rows) -> float:
   return (sum(r["accepted"] for r in rows) + rounds) / max(rounds, 1)
 
 
+MAX_SERIES = 20  # bars per workload / lines per plot that stay readable
+
+
+def _plotted(cells, ov, by_cell) -> tuple[list, str]:
+  """The cells the plots show and a caption: all of them when few; else greedy cells with
+  masked q on (the table has every cell)."""
+  shown = [c for c in cells if by_cell.get(c)]
+  if len(shown) <= MAX_SERIES:
+    return shown, ""
+  temps = [ov[c]["temperature"] for c in shown if "temperature" in ov[c]]
+  low = min(temps) if temps else None
+  shown = [c for c in shown if ov[c].get("temperature", low) == low
+           and ov[c].get("masked_q", True)]
+  return shown[:MAX_SERIES], f" (T = {low}, masked q)" if low is not None else ""
+
+
 EFFECT_AXES = (("constrained", "constraint on vs off"), ("drafter.jump_forward",
                "jump-forward on vs off"), ("masked_q", "masked q on vs off"))
 
@@ -225,26 +241,20 @@ def summarize(records, c, out: Path) -> str:
                         "jump-forward drafts"], rows), ""]
   # Accepted length per drafter and workload (one bar group per workload).
   wl = list(dict.fromkeys(r["workload"] for r in reqs))
-  series = {}
-  for cell in cells:
-    rs = by_cell.get(cell, [])
-    vals = []
-    for w in wl:
-      sub = [r for r in rs if r["workload"] == w]
-      rounds = sum(r["rounds"] for r in sub)
-      vals.append((sum(r["accepted"] for r in sub) + rounds) / max(rounds, 1) if sub else 0)
-    if rs:
-      series[label(ov[cell])] = vals
-  if series and len(series) <= 24:
-    name = plots.grouped_bars(out / "accepted_length.png", wl, series,
-                              title="Accepted length per drafter and workload",
+  shown, caption = _plotted(cells, ov, by_cell)
+  series = {w: [_accepted_length([r for r in by_cell[cell] if r["workload"] == w])
+                for cell in shown] for w in wl}
+  if shown:
+    name = plots.grouped_bars(out / "accepted_length.png", [label(ov[c]) for c in shown], series,
+                              title=f"Accepted length per drafter and workload{caption}",
                               ylabel="tokens per round")
     parts += [f"![accepted length]({name})", ""]
-    pos_series = {label(ov[cell]): _per_position(by_cell[cell], k_max) for cell in cells
-                  if by_cell.get(cell) and any(r["drafted"] for r in by_cell[cell])}
+    pos_series = {label(ov[cell]): _per_position(by_cell[cell], k_max) for cell in shown
+                  if any(r["drafted"] for r in by_cell[cell])
+                  and ov[cell].get("constrained", True)}
     if pos_series:
       name = plots.lines(out / "acceptance_by_position.png", list(range(1, k_max + 1)),
-                         pos_series, title="Acceptance by draft position",
+                         pos_series, title=f"Acceptance by draft position{caption}",
                          xlabel="draft position", ylabel="P(accepted | drafted)")
       parts += [f"![acceptance by position]({name})", ""]
   effects = _effects(cells, ov, by_cell)
@@ -252,7 +262,8 @@ def summarize(records, c, out: Path) -> str:
     parts += ["### Effect of one axis", "",
               "Pairs of cells that differ in that axis only: accepted length with it on / "
               "with it off (median over pairs, range, and the pair with the largest ratio).", "",
-              plots.table(["axis", "pairs", "median ratio", "range", "largest in"], effects), ""]
+              plots.table(["axis", "pairs", "median ratio", "range", "largest in"], effects,
+                          "lrrrl"), ""]
   parts += ["Accepted length: tokens per round (accepted drafts + 1). Acceptance by position i: "
             "rounds whose i-th draft was accepted / rounds that drafted at least i. Host %: "
             "host begin + mask + commit time over round time. Valid: completed outputs "
