@@ -46,6 +46,8 @@ def lines(path: Path, xs: Sequence, series: dict[str, Sequence[float]], *, title
     ax.plot(xs[:len(values)], values, marker="o", label=name)
   if logx:
     ax.set_xscale("log")
+  elif len(xs) <= 16:
+    ax.set_xticks(list(xs))
   if logy:
     ax.set_yscale("log")
   ax.set_xlabel(xlabel)
