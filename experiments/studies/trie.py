@@ -82,5 +82,4 @@ def summarize(records, c, out: Path) -> str:
     return "No measurements."
   names = report.plots(d, out, main=c.main_vocab)
   return "\n".join(report.method_lines() + [""] + [f"![{n}]({n})" for n in names] + [""]
-                   + ["## Goals", ""] + report.goals(d, c.main_vocab) + [""]
                    + report.tables(d, main=c.main_vocab))
