@@ -20,12 +20,26 @@ def _cells(run_dir):
   return {r["cell"]: r for r in store.read_records(run_dir) if r.get("kind") == "cell"}
 
 
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+  """Each smoke variant run once per module: name -> (config, run directory)."""
+  done = {}
+
+  def get(name):
+    if name not in done:
+      c = _configs.load(name, "smoke")
+      done[name] = c, runner.run(c, results_dir=str(tmp_path_factory.mktemp(name)),
+                                 stream=io.StringIO())
+    return done[name]
+
+  return get
+
+
 @pytest.mark.parametrize("name", SMOKES)
-def test_smoke_variant_runs(name, tmp_path):
+def test_smoke_variant_runs(name, smoke_runs):
   if name in NEEDS_DATA and not _configs.DATA.is_dir():
     pytest.skip("../shared/data is absent")
-  c = _configs.load(name, "smoke")
-  d = runner.run(c, results_dir=str(tmp_path), stream=io.StringIO())
+  c, d = smoke_runs(name)
   cells = _cells(d)
   assert len(cells) == len(sweep.cells(c))
   errors = {k: v["error"] for k, v in cells.items() if v["status"] != "ok"}
@@ -38,13 +52,12 @@ def test_smoke_variant_runs(name, tmp_path):
     assert (d / link.split(")")[0]).stat().st_size > 0
 
 
-def test_decode_records_hold_the_full_request(tmp_path):
+def test_decode_records_hold_the_full_request(smoke_runs):
   """Each request line says what was asked (prompt id, constraint, sampling, seed, drafter,
   model) and what came back (tokens, per-round drafted/accepted, validity)."""
-  c = _configs.load("acceptance", "smoke")
-  c.grid.constrained = (True,)
-  d = runner.run(c, results_dir=str(tmp_path), stream=io.StringIO())
-  reqs = [r for r in store.read_records(d) if r.get("kind") == "request"]
+  c, d = smoke_runs("acceptance")
+  reqs = [r for r in store.read_records(d) if r.get("kind") == "request"
+          and r["overrides"]["constrained"]]
   assert len(reqs) == c.per_workload
   for r in reqs:
     assert r["item"].startswith("regex/dates/") and r["constraint"][0] == "regex"
