@@ -54,12 +54,13 @@ def _header(config: dict, run_dirs, records, failures) -> str:
   env = json.loads((Path(run_dirs[0]) / store.ENVIRONMENT).read_text()) \
       if (Path(run_dirs[0]) / store.ENVIRONMENT).exists() else {}
   cells = sorted({r["cell"] for r in records if r.get("kind") == "cell"})
+  total = len(sweep.cells(ml_collections.ConfigDict(config)))
   git = env.get("git", {})
   dev = env.get("device", {})
   pk = env.get("packages", {})
   lines = [f"# Study: {config.get('title') or config['study']}", "",
            f"Written by `python -m experiments.report` from {len(run_dirs)} run "
-           f"director{'y' if len(run_dirs) == 1 else 'ies'}; {len(cells)} cells done, "
+           f"director{'y' if len(run_dirs) == 1 else 'ies'}; {len(cells)} of {total} cells done, "
            f"{len(failures)} failed. The resolved config is each run's config.json.", "",
            f"Environment: git {git.get('revision', '?')[:10]}{' (dirty)' if git.get('dirty') else ''}; "
            f"{dev.get('platform', '?')} ({dev.get('kind', '?')}) x{dev.get('count', '?')}, "
