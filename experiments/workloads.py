@@ -134,7 +134,8 @@ def _need(path: Path) -> Path:
   return path
 
 
-def _subset(items: list[Item], limit: int, seed: int) -> list[Item]:
+def draw(items: list[Item], limit: int, seed: int) -> list[Item]:
+  """The first `limit` items after a permutation seeded by `seed` (all when limit is 0)."""
   if limit and limit < len(items):
     items = list(items)
     random.Random(seed).shuffle(items)
@@ -173,7 +174,7 @@ def _labels(dataset, limit, seed, data, template="pe", constrained=True):
                 PROMPTS[template].format(options=options, text=text),
                 ("choice", tuple(names)) if constrained else None, gold, 24, "choice")
            for i, (text, gold) in enumerate(rows)]
-  return _subset(items, limit, seed)
+  return draw(items, limit, seed)
 
 
 def _jsonschema(subset, limit, seed, data, max_schema_chars=800):
@@ -188,7 +189,7 @@ def _jsonschema(subset, limit, seed, data, max_schema_chars=800):
       items.append(Item(f"json/{subset}/{path.stem}", f"jsonschema:{subset}",
                         f"Answer as JSON following this schema: {schema}",
                         ("json_schema", schema), None, 96, "json_schema"))
-  return _subset(items, limit, seed)
+  return draw(items, limit, seed)
 
 
 def _gbnf(name, limit, seed, data):
@@ -198,7 +199,7 @@ def _gbnf(name, limit, seed, data):
   key = re.search(r"\{(\w+)\}", GBNF_TASKS[name]).group(1)
   items = [Item(f"gbnf/{name}/{i}", f"gbnf:{name}", GBNF_TASKS[name].format(**{key: v}),
                 ("grammar", text), None, 64) for i, v in enumerate(_FILL[key])]
-  return _subset(items, limit, seed)
+  return draw(items, limit, seed)
 
 
 def _tools(k, limit, seed):
@@ -225,7 +226,7 @@ def _regex(fmt, limit, seed):
   pattern, template, events = REGEX_FORMATS[fmt]
   items = [Item(f"regex/{fmt}/{i}", f"regex:{fmt}", template.format(event=e),
                 ("regex", pattern), None, 48, "regex") for i, e in enumerate(events)]
-  return _subset(items, limit, seed)
+  return draw(items, limit, seed)
 
 
 def _bfcl(subset, limit, seed, data):
@@ -254,7 +255,7 @@ def _bfcl(subset, limit, seed, data):
                       f'with one call as JSON {{"name": ..., "arguments": {{...}}}}.\n'
                       f"Question: {question}", ("json_schema", json.dumps(schema)),
                       answers.get(case["id"]), 96, "bfcl"))
-  return _subset(items, limit, seed)
+  return draw(items, limit, seed)
 
 
 def load(spec: str, limit: int = 0, *, seed: int = 0, data: Path | None = None,

@@ -30,7 +30,7 @@ def _items(c) -> list:
     if c.split:
       items = [it for it in items
                if not it.id.startswith(TRAINED_SOURCES) or split_of(it.id) == c.split]
-    out += workloads._subset(items, c.per_workload, c.seed)
+    out += workloads.draw(items, c.per_workload, c.seed)
   return out
 
 
