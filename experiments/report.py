@@ -15,7 +15,13 @@ import sys
 from pathlib import Path
 
 from absl import app, flags
-import ml_collections
+
+from infernix_jax._extras import missing
+
+try:
+  import ml_collections
+except ImportError as e:
+  raise missing("ml_collections", "study", "the study runner") from e
 
 from experiments import studies
 from experiments.runner import store, sweep

@@ -17,7 +17,13 @@ import traceback
 from pathlib import Path
 
 from absl import app, flags
-from ml_collections import config_flags
+
+from infernix_jax._extras import missing
+
+try:
+  from ml_collections import config_flags
+except ImportError as e:
+  raise missing("ml_collections", "study", "the study runner") from e
 
 from experiments import report as report_lib
 from experiments import studies, workloads

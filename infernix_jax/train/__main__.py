@@ -1,7 +1,13 @@
 """python -m infernix_jax.train --config=configs/train_mtp.py[:smoke] [--config.FIELD=VALUE]"""
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+
+from infernix_jax._extras import missing
+
+try:
+  from ml_collections import config_flags
+except ImportError as e:
+  raise missing("ml_collections", "train", "python -m infernix_jax.train") from e
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "training config (configs/train_*.py)")
 flags.mark_flags_as_required(["config"])

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from infernix_jax._extras import missing
 from infernix_jax.progress import Progress, format_seconds
 from infernix_jax.train import corpus, objectives, prompts
 
@@ -112,8 +113,17 @@ def make_net(c, cfg, model):
   return net
 
 
+def _optax():
+  """optax, or an error naming the train extra, which declares it."""
+  try:
+    import optax
+  except ImportError as e:
+    raise missing("optax", "train", "drafter training") from e
+  return optax
+
+
 def _optimizer(c):
-  import optax
+  optax = _optax()
   schedule = optax.warmup_cosine_decay_schedule(0.0, c.learning_rate, c.warmup_steps,
                                                 max(c.steps, c.warmup_steps + 1),
                                                 c.learning_rate * c.final_lr_fraction)
@@ -122,7 +132,7 @@ def _optimizer(c):
 
 
 def _step_fn(c, net_cfg, opt):
-  import optax
+  optax = _optax()
 
   def batch_loss(params, head, final_norm, batch: Batch):
     def one(ids, hidden, n, p_len, anchors, ok):
@@ -167,6 +177,7 @@ def evaluate(c, target, net, val_prompts) -> dict:
 
 def train(c, log=sys.stderr) -> dict:
   """Runs the config `c` (see configs/train_mtp.py); returns the training summary."""
+  _optax()  # before the corpus is built, not minutes into the run
   import orbax.checkpoint as ocp
   from flax import nnx
 
