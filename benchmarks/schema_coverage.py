@@ -14,6 +14,11 @@ side-by-side table with the xgrammar figures read from the xgrammar report. It w
 
 Usage: .venv/bin/python benchmarks/schema_coverage.py [--backend xgrammar|llguidance]
          [--limit N] [--subsets A,B] [--no-suite] [--out FILE]
+
+The full run takes about 26 minutes on 2 shared cores. Progress goes to stderr: one bar over
+the suite's files, then one over the JSONSchemaBench schemas of every subset, with counts and
+an ETA (redrawn on a terminal, a line every 10 s in a log); the per-subset rows and the tables
+go to stdout. `--limit 2 --subsets Github_trivial --no-suite` is a seconds-long smoke run.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 from infernix_jax import constrain as ic
 from infernix_jax.constrain import _xgr
 from infernix_jax.constrain.schema import check_json_schema
+from infernix_jax.progress import Progress
 from infernix_jax.testing import schema_suite
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
 from infernix_jax.testing.llguidance_fork import LLGuidanceFork, value_chars
@@ -48,6 +54,29 @@ def byte_vocab():
                                    eos_ids=[EOS], name="bytes")
 
 
+def subset_files(subset: str, limit: int | None) -> list[Path]:
+  return sorted((DATA / "jsonschemabench" / "data" / subset).glob("*.json"))[:limit]
+
+
+def each(items, bar: Progress | None, **metrics):
+  """Yields the items; once the caller's loop body has finished with one (`continue`
+  included), `bar` advances by one."""
+  for item in items:
+    yield item
+    if bar is not None:
+      bar.advance(**metrics)
+
+
+def suite_bar(drafts=("draft2020-12", "draft7")) -> Progress:
+  root = DATA / "json-schema-test-suite"
+  return Progress(sum(len(schema_suite.suite_files(root, d)) for d in drafts),
+                  "JSON-Schema-Test-Suite files")
+
+
+def bench_bar(subsets, limit: int | None) -> Progress:
+  return Progress(sum(len(subset_files(s, limit)) for s in subsets), "JSONSchemaBench schemas")
+
+
 def keyword_of(e: ic.ConstraintError) -> str:
   loc = e.location or ""
   if isinstance(e, ic.UnsupportedSchemaError) and loc:
@@ -55,14 +84,14 @@ def keyword_of(e: ic.ConstraintError) -> str:
   return type(e).__name__
 
 
-def bench_subset(subset: str, vocab, limit: int | None) -> dict:
-  files = sorted((DATA / "jsonschemabench" / "data" / subset).glob("*.json"))[:limit]
+def bench_subset(subset: str, vocab, limit: int | None, bar: Progress | None = None) -> dict:
+  say = bar.write if bar else print
   mask_dir = DATA / "jsonschemabench" / "maskbench" / "data"
   r = collections.Counter()
   keywords: collections.Counter = collections.Counter()
   dropped: collections.Counter = collections.Counter()
   t0 = time.perf_counter()
-  for f in files:
+  for f in each(subset_files(subset, limit), bar, subset=subset):
     text = f.read_text(encoding="utf-8")
     r["schemas"] += 1
     try:
@@ -90,7 +119,7 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
       compiled = _xgr.compile_json_schema(vocab, check.schema_json, max_whitespace=32)
     except Exception as e:  # noqa: BLE001  (our output must always compile: count if not)
       r["our_output_failed_xgrammar"] += 1
-      print(f"  {f.name}: xgrammar rejected our output: {str(e)[:120]}")
+      say(f"  {f.name}: xgrammar rejected our output: {str(e)[:120]}")
       continue
     r["supported"] += 1
     # Draft 4: 1.0 is not an integer, so the oracle must not re-spell it as 1.
@@ -115,15 +144,15 @@ def bench_subset(subset: str, vocab, limit: int | None) -> dict:
         r["invalid_known_gap"] += 1
       elif valid:
         r["valid_rejected_unexplained"] += 1
-        print(f"  {f.name}: valid instance rejected: {json.dumps(value, default=str)[:100]}")
+        say(f"  {f.name}: valid instance rejected: {json.dumps(value, default=str)[:100]}")
       else:
         r["invalid_accepted_unexplained"] += 1
-        print(f"  {f.name}: INVALID instance accepted: {json.dumps(value, default=str)[:100]}")
+        say(f"  {f.name}: INVALID instance accepted: {json.dumps(value, default=str)[:100]}")
   r["seconds"] = round(time.perf_counter() - t0, 1)
   return {"counts": r, "keywords": keywords, "dropped": dropped}
 
 
-def suite_table(vocab) -> list[str]:
+def suite_table(vocab, bar: Progress | None = None) -> list[str]:
   root = DATA / "json-schema-test-suite"
   compiler = ic.ConstraintCompiler(vocab)
   lines = ["| draft | groups | supported | rejected (class: n) | cases in supported | passed | "
@@ -131,7 +160,7 @@ def suite_table(vocab) -> list[str]:
            "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
   for draft in ("draft2020-12", "draft7"):
     total = schema_suite.SuiteCounts()
-    for path in schema_suite.suite_files(root, draft):
+    for path in each(schema_suite.suite_files(root, draft), bar, draft=draft):
       total.add(schema_suite.run_file(path, vocab, EOS, draft7=draft == "draft7",
                                        compiler=compiler))
     rej = ", ".join(f"{k}: {v}" for k, v in sorted(total.rejected.items()))
@@ -178,7 +207,8 @@ def _error_key(e: ic.ConstraintError) -> str:
   return type(e).__name__
 
 
-def llg_suite_table(backend, vocab) -> list[str]:
+def llg_suite_table(backend, vocab, bar: Progress | None = None) -> list[str]:
+  say = bar.write if bar else print
   root = DATA / "json-schema-test-suite"
   lines = ["| draft | groups | supported | rejected (class or construct: n) | cases in supported | "
            "passed | narrowed (valid, unspellable) | invalid accepted | failures |",
@@ -186,7 +216,7 @@ def llg_suite_table(backend, vocab) -> list[str]:
   for draft in ("draft2020-12", "draft7"):
     c = collections.Counter()
     rejected: collections.Counter = collections.Counter()
-    for path in schema_suite.suite_files(root, draft):
+    for path in each(schema_suite.suite_files(root, draft), bar, draft=draft):
       text = path.read_text(encoding="utf-8")
       for g, gx in zip(json.loads(text), json.loads(text, parse_float=Decimal)):
         c["groups"] += 1
@@ -210,7 +240,7 @@ def llg_suite_table(backend, vocab) -> list[str]:
             continue
           except AssertionError as e:
             c["failures"] += 1
-            print(f"  {path.name}: {e}")
+            say(f"  {path.name}: {e}")
             continue
           if ok == case["valid"]:
             c["passed"] += 1
@@ -220,26 +250,27 @@ def llg_suite_table(backend, vocab) -> list[str]:
           else:
             c["failures"] += 1
             c["invalid_accepted"] += not case["valid"]
-            print(f"  {path.name}: {g['description']}: {case['description']}: "
+            say(f"  {path.name}: {g['description']}: {case['description']}: "
                   f"{'valid rejected' if case['valid'] else 'INVALID accepted'}")
     rej = ", ".join(f"{k}: {v}" for k, v in rejected.most_common(8))
     rest = sum(rejected.values()) - sum(v for _, v in rejected.most_common(8))
     rej += f", other: {rest}" if rest else ""
     lines.append(f"| {draft} | {c['groups']} | {c['supported']} | {rej} | {c['cases']} | "
                  f"{c['passed']} | {c['narrowed']} | {c['invalid_accepted']} | {c['failures']} |")
-    print(lines[-1], flush=True)
+    say(lines[-1])
   return lines
 
 
-def llg_bench_subset(backend, subset: str, vocab, limit: int | None) -> dict:
-  files = sorted((DATA / "jsonschemabench" / "data" / subset).glob("*.json"))[:limit]
+def llg_bench_subset(backend, subset: str, vocab, limit: int | None,
+                     bar: Progress | None = None) -> dict:
+  say = bar.write if bar else print
   mask_dir = DATA / "jsonschemabench" / "maskbench" / "data"
   r = collections.Counter()
   constructs: collections.Counter = collections.Counter()
   dropped: collections.Counter = collections.Counter()
   reasons: collections.Counter = collections.Counter()
   t0 = time.perf_counter()
-  for f in files:
+  for f in each(subset_files(subset, limit), bar, subset=subset):
     text = f.read_text(encoding="utf-8")
     r["schemas"] += 1
     try:
@@ -270,7 +301,7 @@ def llg_bench_subset(backend, subset: str, vocab, limit: int | None) -> dict:
         continue
       except AssertionError as e:
         r["replay_failures"] += 1
-        print(f"  {f.name}: {e}")
+        say(f"  {f.name}: {e}")
         continue
       r["instances"] += 1
       if ok == valid:
@@ -280,10 +311,10 @@ def llg_bench_subset(backend, subset: str, vocab, limit: int | None) -> dict:
         reasons[why] += 1
       elif valid:
         r["valid_rejected_unexplained"] += 1
-        print(f"  {f.name}: valid instance rejected: {json.dumps(value, default=str)[:100]}")
+        say(f"  {f.name}: valid instance rejected: {json.dumps(value, default=str)[:100]}")
       else:
         r["invalid_accepted"] += 1
-        print(f"  {f.name}: INVALID instance accepted: {json.dumps(value, default=str)[:100]}")
+        say(f"  {f.name}: INVALID instance accepted: {json.dumps(value, default=str)[:100]}")
   r["seconds"] = round(time.perf_counter() - t0, 1)
   return {"counts": r, "constructs": constructs, "dropped": dropped, "reasons": reasons}
 
@@ -329,7 +360,9 @@ def llguidance_main(args) -> None:
            "itself (a `oneOf` it compiles as `anyOf`, recorded at every `oneOf`).", ""]
   if not args.no_suite:
     lines += ["## JSON-Schema-Test-Suite (byte vocabulary, real matcher + session replay)", ""]
-    lines += llg_suite_table(backend, vocab)
+    bar = suite_bar()
+    lines += llg_suite_table(backend, vocab, bar)
+    bar.close()
   xgr = xgrammar_figures()
   lines += ["", "## JSONSchemaBench, llguidance beside xgrammar", "",
             "| subset | schemas | supported: llguidance | supported: xgrammar (strict checker) | "
@@ -338,8 +371,9 @@ def llguidance_main(args) -> None:
             "instances: xgrammar | agree | s |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   details = []
+  bar = bench_bar(subsets, args.limit)
   for subset in subsets:
-    res = llg_bench_subset(backend, subset, vocab, args.limit)
+    res = llg_bench_subset(backend, subset, vocab, args.limit, bar)
     c, x = res["counts"], xgr.get(subset, {})
     lines.append(f"| {subset} | {c['schemas']} | {c['supported']} "
                  f"({100 * c['supported'] / max(c['schemas'], 1):.1f}%) | "
@@ -354,7 +388,8 @@ def llguidance_main(args) -> None:
         f" Search budget exceeded: {c['instances_budget']}." if c["instances_budget"] else "")
     details.append(f"- {subset}: refused: {top or 'none'}. Lenient drops: {drop or 'none'}. "
                    f"Narrowings: {why or 'none'}.{extra}")
-    print(lines[-1], flush=True)
+    bar.write(lines[-1])
+  bar.close()
   if args.limit:
     lines += ["", "xgrammar's columns are its full run; with `--limit` the llguidance columns "
               "cover fewer schemas."]
@@ -380,15 +415,19 @@ def main():
   vocab = byte_vocab()
   lines = ["## JSON-Schema-Test-Suite (byte vocabulary, real matcher + session replay)", ""]
   if not args.no_suite:
-    lines += suite_table(vocab)
+    bar = suite_bar()
+    lines += suite_table(vocab, bar)
+    bar.close()
   lines += ["", "## JSONSchemaBench (per subset)", "",
             "| subset | schemas | supported (strict) | rejected | lenient compiles | raw xgrammar "
             "compiles (silently relaxing peer) | our output rejected by xgrammar | MaskBench "
             "instances | agree | valid narrowed | invalid via known gap | unexplained | s |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   details = []
-  for subset in args.subsets.split(","):
-    res = bench_subset(subset, vocab, args.limit)
+  subsets = args.subsets.split(",")
+  bar = bench_bar(subsets, args.limit)
+  for subset in subsets:
+    res = bench_subset(subset, vocab, args.limit, bar)
     c = res["counts"]
     unexplained = c["valid_rejected_unexplained"] + c["invalid_accepted_unexplained"]
     lines.append(f"| {subset} | {c['schemas']} | {c['supported']} "
@@ -400,7 +439,8 @@ def main():
     top = ", ".join(f"`{k}` {v}" for k, v in res["keywords"].most_common(12))
     drop = ", ".join(f"`{k}` {v}" for k, v in res["dropped"].most_common(8))
     details.append(f"- {subset}: rejections by keyword: {top}. Lenient drops: {drop}.")
-    print(lines[-1], flush=True)
+    bar.write(lines[-1])
+  bar.close()
   lines += [""] + details
   text = "\n".join(lines) + "\n"
   print(text)

@@ -5,8 +5,9 @@
     bar.update(step + 1, loss=0.31)   # "train  42% 420/1000 loss=0.31 2.1 it/s ETA 4m37s"
   bar.close()
 
-On a terminal it redraws one line; otherwise (logs, CI) it prints a full line at most every
-`every_s` seconds, so captured output stays short.
+`bar.advance(**metrics)` counts one more item; `bar.write(text)` prints a line (a table row,
+a warning) without garbling the bar. On a terminal it redraws one line; otherwise (logs, CI)
+it prints a full line at most every `every_s` seconds, so captured output stays short.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ class Progress:
     self.every_s = every_s
     self._t0, self._n0 = None, start
     self._last = 0.0
+    self.done = start
     self.line = ""
 
   def update(self, done: int, force: bool = False, **metrics) -> None:
     now = time.perf_counter()
+    self.done = done
     if self._t0 is None:
       self._t0, self._n0 = now, done
     rate = (done - self._n0) / (now - self._t0) if now > self._t0 and done > self._n0 else 0.0
@@ -53,6 +56,22 @@ class Progress:
       self.stream.write(self.line + "\n")
       self.stream.flush()
       self._last = now
+
+  def advance(self, n: int = 1, **metrics) -> None:
+    """`update` with `n` more items done."""
+    self.update(self.done + n, **metrics)
+
+  def write(self, text: str, file=None) -> None:
+    """Prints `text` as its own line (to `file`, default stdout); on a terminal the bar is
+    erased first and redrawn below it."""
+    drawn = self.tty and self.line
+    if drawn:
+      self.stream.write("\r\033[K")
+      self.stream.flush()
+    print(text, file=file or sys.stdout, flush=True)
+    if drawn:
+      self.stream.write(self.line + "\033[K")
+      self.stream.flush()
 
   def close(self) -> None:
     if self.tty:
