@@ -79,8 +79,12 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
         continue
       try:
         for record in study.run_cell(cell.config, ctx):
+          if record.get("kind") == "progress":  # one work unit done; not a result to store
+            seen = min(seen + 1, size - 1)
+            bar.update(done_units + seen, cell=cell.id, item=record.get("item", ""))
+            continue
           rd.append(cell.id, {"overrides": cell.overrides, **record})
-          if record.get("kind") in ("request", "measurement"):
+          if record.get("kind") == "request":
             seen = min(seen + 1, size - 1)
             bar.update(done_units + seen, cell=cell.id)
         rd.append(cell.id, {"kind": "cell", "status": "ok", "overrides": cell.overrides,

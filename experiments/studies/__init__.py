@@ -3,7 +3,10 @@
 A study module provides:
 
   units(config) -> int                      work units of one cell (progress bar)
-  run_cell(config, ctx) -> Iterator[dict]   the cell's records (requests, measurements)
+  run_cell(config, ctx) -> Iterator[dict]   the cell's records (requests, measurements); the
+                                            bar counts each "request" record as a unit, or a
+                                            {"kind": "progress", "item": label} record where
+                                            units are not requests (counted, not stored)
   summarize(records, config, out_dir) -> str
                                             the markdown body of summary.md (tables); writes
                                             its PNG plots into out_dir and links them

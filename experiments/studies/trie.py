@@ -22,52 +22,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
-SECTIONS = ("equivalence", "dispatch", "main", "extra", "gen")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def units(c) -> int:
-  return 1
+  """The section's work items (an engine on a set, a set on a vocabulary, a dispatch K)."""
+  from experiments.trie_repro import measure
+
+  return measure.work_items(c, (ROOT / c.data_dir).resolve())
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
-  from experiments.trie_repro import enum_sets, measure, vocabs
+  """The section's measurements, each work item's as soon as it is done, then a progress
+  record (counted by the runner's bar, not stored)."""
+  from experiments.trie_repro import measure, vocabs
 
-  if c.section not in SECTIONS:
-    raise ValueError(f"section={c.section!r}: known {', '.join(SECTIONS)}")
+  if c.section not in measure.SECTIONS:
+    raise ValueError(f"section={c.section!r}: known {', '.join(measure.SECTIONS)}")
   data = (ROOT / c.data_dir).resolve()
   out: list[dict] = []
 
   def rec(**fields):
     out.append({"kind": "measurement", **fields})
 
-  rng = np.random.default_rng(c.seed)
   vocab = ctx.get("vocab", c.main_vocab, lambda: vocabs.load(c.main_vocab, data))
-  if c.section == "equivalence":
-    measure.equivalence(c, rec, data)
-  elif c.section == "dispatch":
-    measure.dispatch_sweep(c, rec, vocab)
-  elif c.section == "main":
-    for k in c.k_values:
-      values = enum_sets.tool_names(int(k), seed=c.seed)
-      measure.measure_set(c, rec, c.main_vocab, vocab, "tools", values, c.engines,
-                          batch=int(k) in tuple(c.batch_k), rng=rng)
-  elif c.section == "extra":
-    for extra in c.extra_sets:
-      sets = {"icd10cm": enum_sets.icd10cm_billable()} if extra == "icd10cm" else (
-          enum_sets.label_sets(data))
-      for name, values in sets.items():
-        measure.measure_set(c, rec, c.main_vocab, vocab, name, values,
-                            ("trie", f"xgrammar-{c.xgr_step_variant}", "llguidance"), rng=rng)
-  else:
-    for vname in c.gen_vocabs:
-      gv = vocab if vname == c.main_vocab else vocabs.load(vname, data)
-      for k in c.gen_k:
-        values = enum_sets.tool_names(int(k), seed=c.seed)
-        measure.measure_set(c, rec, vname, gv, "tools-gen", values,
-                            ("trie", f"xgrammar-{c.xgr_step_variant}"), rng=rng)
+  for label in measure.run_section(c, rec, data, vocab):
+    yield from out
+    out.clear()
+    yield {"kind": "progress", "item": label}
   yield from out
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 
 from experiments import run as runner
+from experiments import studies
 from experiments.runner import store, sweep
 from tests.experiments import _configs
 
@@ -22,16 +24,20 @@ def _cells(run_dir):
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
-  """Each smoke variant run once per module: name -> (config, run directory)."""
+  """Each smoke variant run once per module: name -> (config, run directory); the runner's
+  output (progress lines) is kept in `get.logs[name]`."""
   done = {}
 
   def get(name):
     if name not in done:
       c = _configs.load(name, "smoke")
+      stream = io.StringIO()
       done[name] = c, runner.run(c, results_dir=str(tmp_path_factory.mktemp(name)),
-                                 stream=io.StringIO())
+                                 stream=stream)
+      get.logs[name] = stream.getvalue()
     return done[name]
 
+  get.logs = {}
   return get
 
 
@@ -50,6 +56,20 @@ def test_smoke_variant_runs(name, smoke_runs):
   assert summary.startswith("# Study: ") and "|---" in summary
   for link in [l for l in summary.split("(") if l.split(")")[0].endswith(".png")]:
     assert (d / link.split(")")[0]).stat().st_size > 0
+
+
+def test_trie_progress_counts_work_items(smoke_runs):
+  """The trie study's bar counts its work items (an engine on a set, a dispatch K), with an
+  ETA; the progress records behind it are not stored."""
+  if not _configs.DATA.is_dir():
+    pytest.skip("../shared/data is absent")
+  c, d = smoke_runs("trie")
+  total = sum(studies.get("trie").units(cell.config) for cell in sweep.cells(c))
+  assert total == 2 + 2 * 3 + 2  # dispatch K; main K x engines; gen K x (trie, xgrammar)
+  lines = [l for l in smoke_runs.logs["trie"].splitlines() if l.startswith("trie ")]
+  assert re.match(rf"trie +\d+% 1/{total} cell=section=dispatch item=dispatch K=2 .*ETA", lines[0])
+  assert lines[-1].startswith(f"trie 100% {total}/{total} ") and lines[-1].endswith("ETA 0m00s")
+  assert not [r for r in store.read_records(d) if r.get("kind") == "progress"]
 
 
 def test_decode_records_hold_the_full_request(smoke_runs):
