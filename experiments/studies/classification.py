@@ -17,6 +17,7 @@ from typing import Iterator
 
 from experiments import workloads
 from experiments.runner import plots
+from experiments.trie_repro import PAPER as TRIE_PAPER
 from experiments.studies.decode import _target
 
 # The only per-model numbers the reference's text states (its table bodies are not in the
@@ -120,7 +121,8 @@ def summarize(records, c, out: Path) -> str:
       acc_series[key].append(acc if rs else 0.0)
     rows.append(row)
   parts = [
-      "The same prompt (the trie paper's single-pass template, Appendix C.1, rendered as the "
+      f"Reproduces the classification comparison of {TRIE_PAPER} (Table 6 style). "
+      "The same prompt (the paper's single-pass template, Appendix C.1, rendered as the "
       "user turn of the model's chat template), greedy decoding; PE answers are fuzzy-matched "
       "to the label set (exact, then case/punctuation-insensitive, then difflib ratio >= 0.6), "
       "trie answers are labels by construction. Subset: the first "
