@@ -12,7 +12,8 @@ from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 
 
 class TrieBackend:
-  """Choice sets compiled to a trie automaton (after the trie-automaton paper, reference 001).
+  """Choice sets compiled to a trie automaton (after "Trie Automata for Constrained Decoding
+  over Large Finite Sets", arXiv:2608.12574).
 
   Sessions are `trie.TrieSession`s (state = one node id); `fill_batch` is vectorized per
   automaton (`trie.fill_batch`). Compiled objects are `trie.CompiledTrie` (``.automaton``,

@@ -1,4 +1,5 @@
-"""Trie automaton backend for large finite sets (choice), after the trie-automaton paper.
+"""Trie automaton backend for large finite sets (choice), after "Trie Automata for Constrained
+Decoding over Large Finite Sets" (arXiv:2608.12574).
 
   from infernix_jax.constrain import trie
   compiled = trie.compile_choice(vocab, ["slack.get_user", ...])
