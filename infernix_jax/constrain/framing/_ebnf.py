@@ -118,3 +118,33 @@ def until_delimiter_rules(name: str, delimiter: str) -> str:
     alts.append(f"[^{excl}] {states[0]}")
     lines.append(f"{states[k]} ::= " + " | ".join(f"({a})" for a in alts))
   return "\n".join(lines)
+
+
+def excluding_rules(name: str, forbidden: str) -> str:
+  """Rules ``name`` matching every string that does not contain ``forbidden``.
+
+  The same KMP automaton as `until_delimiter_rules` (one rule per matched-prefix state, the
+  first character of ``forbidden`` occurring nowhere else in it), where every state may end
+  and the last character of ``forbidden`` is never read in the last state.
+
+  Args:
+    name: the entry rule name (states are ``name``, ``name_s1``, ...).
+    forbidden: the excluded substring (at least two characters).
+  """
+  first = forbidden[0]
+  if len(forbidden) < 2 or first in forbidden[1:]:
+    raise ValueError(f"{forbidden!r} must have two or more characters and not repeat its first")
+  states = [name] + [f"{name}_s{k}" for k in range(1, len(forbidden))]
+  lines = []
+  for k, ch in enumerate(forbidden):
+    alts = ['""']
+    if k + 1 < len(forbidden):
+      alts.append(f"{lit(ch)} {states[k + 1]}")
+    if k > 0:
+      alts.append(f"{lit(first)} {states[1]}")
+      excl = char_class_escape(first) + char_class_escape(ch)
+    else:
+      excl = char_class_escape(first)
+    alts.append(f"[^{excl}] {states[0]}")
+    lines.append(f"{states[k]} ::= " + " | ".join(f"({a})" for a in alts))
+  return "\n".join(lines)

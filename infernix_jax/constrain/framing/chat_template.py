@@ -1,13 +1,20 @@
-"""Chat prompts rendered with the model's own chat template (``tokenizer_config.json``, jinja2)."""
+"""Chat prompts rendered with the model's own chat template (``tokenizer_config.json`` or GGUF
+metadata, jinja2)."""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from infernix_jax.constrain.framing.tools import ToolDefinition
+
+
+# ChatTemplate special variable -> GGUF metadata key (tokenizer.ggml.*) holding its id.
+_GGUF_SPECIAL = {"bos_token": "bos_token_id", "eos_token": "eos_token_id",
+                 "pad_token": "padding_token_id", "unk_token": "unknown_token_id"}
 
 
 class ChatTemplate:
@@ -63,6 +70,53 @@ class ChatTemplate:
         special[key] = v
     return cls(source, special)
 
+  @classmethod
+  def from_gguf(cls, path: str | Path) -> "ChatTemplate":
+    """Reads ``tokenizer.chat_template`` and the special tokens' spellings from a GGUF file.
+
+    Raises:
+      ValueError: the file's metadata has no chat template (the message names the file).
+    """
+    import gguf  # local: only this constructor needs the reader
+
+    fields = gguf.GGUFReader(str(path)).fields
+    field = fields.get("tokenizer.chat_template")
+    source = field.contents() if field is not None else None
+    if not source:
+      raise ValueError(f"{path} has no chat template (no tokenizer.chat_template in its GGUF "
+                       "metadata)")
+    tokens = fields.get("tokenizer.ggml.tokens")
+    special = {}
+    for name, key in _GGUF_SPECIAL.items():
+      f = fields.get(f"tokenizer.ggml.{key}")
+      if f is not None and tokens is not None and 0 <= f.contents() < len(tokens.data):
+        special[name] = tokens.contents(int(f.contents()))
+    return cls(source, special)
+
+  @classmethod
+  def for_model(cls, source: str | Path) -> "ChatTemplate":
+    """The chat template of a model's tokenizer source (read once per file version).
+
+    Args:
+      source: a ``.gguf`` file, an HF model directory, or its ``tokenizer.json`` (what the
+        loaders return as ``vocab_source``).
+
+    Raises:
+      ValueError: no chat template there (the message names the path and what was looked for).
+    """
+    path = Path(source)
+    if path.is_file() and path.suffix == ".gguf":
+      target = path
+    elif path.is_dir() or (path.is_file() and path.suffix == ".json"):
+      directory = path if path.is_dir() else path.parent
+      target = directory / "tokenizer_config.json"
+      if not target.is_file():
+        raise ValueError(f"no chat template for {path}: no tokenizer_config.json in {directory}")
+    else:
+      raise ValueError(f"no chat template for {path}: expected a .gguf file, an HF model "
+                       "directory or its tokenizer.json")
+    return _load_template(str(target.resolve()), target.stat().st_mtime_ns)
+
   def render(self, messages: Sequence[Mapping[str, Any]], *,
              tools: Sequence[ToolDefinition | Mapping[str, Any]] | None = None,
              add_generation_prompt: bool = True, **kwargs) -> str:
@@ -81,3 +135,12 @@ class ChatTemplate:
     return self._template.render(messages=list(messages), tools=tool_list,
                                  add_generation_prompt=add_generation_prompt,
                                  **self.special, **kwargs)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_template(path: str, mtime_ns: int) -> ChatTemplate:
+  """One read per file version (a GGUF's metadata takes seconds to parse)."""
+  del mtime_ns  # part of the cache key only
+  if path.endswith(".gguf"):
+    return ChatTemplate.from_gguf(path)
+  return ChatTemplate.from_dir(path)

@@ -32,11 +32,12 @@ class PreparedOutput:
     """A fresh framed session (None on the free route: decode with `new_decoder`)."""
     return None if self.compiled is None else self.compiled.new_session()
 
-  def new_decoder(self) -> OutputDecoder:
-    """A decoder for the free route (malformed calls are published as content)."""
+  def new_decoder(self, *, constrained: bool = False) -> OutputDecoder:
+    """A streaming decoder: by default for the free route (malformed calls are published as
+    content); ``constrained=True`` for the grammar route (unreadable output raises)."""
     fg = self.framed
     return OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
-                         tools_active=fg.tools_active, constrained=False)
+                         tools_active=fg.tools_active, constrained=constrained)
 
 
 def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition] = (),
