@@ -5,8 +5,8 @@ from infernix_jax.models.config import (
     ModelConfig)
 from infernix_jax.models.kv_cache import KVCache
 from infernix_jax.models.loaders import (
-    default_model_path, load_checkpoint, load_default, load_gguf, load_hf_dir, restore_params,
-    save_checkpoint, save_params)
+    default_model_path, load_checkpoint, load_default, load_gguf, load_hf_dir, load_model,
+    model_source, restore_params, save_checkpoint, save_params)
 from infernix_jax.models.phases import decode, forward, prefill, verify
 from infernix_jax.models.sharding import make_mesh, shard_cache, shard_state
 from infernix_jax.models.tokenizer import Tokenizer, load_tokenizer
@@ -17,6 +17,6 @@ __all__ = [
     "PRESETS", "QWEN3_0_6B", "QWEN3_1_7B", "QWEN3_4B", "QWEN3_8B", "QWEN3_14B", "QWEN3_32B",
     "SMOLLM2_135M", "ModelConfig", "drafters", "KVCache", "Transformer", "Tokenizer", "decode",
     "default_model_path", "forward", "load_checkpoint", "load_default", "load_gguf",
-    "load_hf_dir", "load_tokenizer", "make_mesh", "prefill", "restore_params", "save_checkpoint",
-    "save_params", "shard_cache", "shard_state", "verify",
+    "load_hf_dir", "load_model", "load_tokenizer", "make_mesh", "model_source", "prefill",
+    "restore_params", "save_checkpoint", "save_params", "shard_cache", "shard_state", "verify",
 ]

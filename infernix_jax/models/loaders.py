@@ -98,6 +98,69 @@ def load_default(dtype: str | None = None, layout: str = "stacked",
   return load_gguf(default_model_path(), dtype=dtype, layout=layout, weights=weights)
 
 
+def load_model(path=None, dtype: str | None = None, layout: str = "stacked",
+               weights: str | None = None):
+  """Loads a model from any source the loaders read, chosen by what `path` is.
+
+  Args:
+    path: None (the embedded SmolLM2-135M-Instruct), a `.gguf` file, an HF directory
+      (config.json + *.safetensors + tokenizer.json) or a `save_checkpoint` directory.
+    dtype, layout, weights: as `load_gguf` (a checkpoint keeps its saved dtype).
+
+  Returns:
+    (ModelConfig, Transformer, vocab_source).
+
+  Raises:
+    FileNotFoundError: `path` does not exist or is none of the above (the message names it).
+  """
+  arrange = dict(layout=layout, weights=weights)
+  if path is None:
+    return load_default(dtype=dtype, **arrange)
+  p = Path(path)
+  if p.is_dir():
+    if (p / _CHECKPOINT_META).exists():
+      return load_checkpoint(p, **arrange)
+    return load_hf_dir(p, dtype=dtype, **arrange)
+  if p.is_file() and p.suffix == ".gguf":
+    return load_gguf(p, dtype=dtype, **arrange)
+  raise FileNotFoundError(f"model {str(path)!r}: expected an HF directory, a checkpoint "
+                          f"directory or a .gguf file" + ("" if p.exists() else
+                                                          " (no such file or directory)"))
+
+
+def model_source(path=None) -> Path:
+  """The tokenizer source of a model, found without loading its weights.
+
+  Args:
+    path: as `load_model`.
+
+  Returns:
+    The .gguf file or tokenizer.json that `Vocabulary` and `load_tokenizer` read.
+
+  Raises:
+    FileNotFoundError: `path` is none of the model sources, or names no tokenizer.
+  """
+  if path is None:
+    return default_model_path()
+  p = Path(path)
+  if p.is_dir():
+    meta = p / _CHECKPOINT_META
+    if meta.exists():
+      source = json.loads(meta.read_text(encoding="utf-8")).get("vocab_source")
+      if not source:
+        raise FileNotFoundError(f"model {str(path)!r}: the checkpoint names no tokenizer "
+                                f"(vocab_source in {meta})")
+      return Path(source)
+    if not (p / "tokenizer.json").exists():
+      raise FileNotFoundError(f"model {str(path)!r}: no tokenizer.json in the directory")
+    return p / "tokenizer.json"
+  if p.is_file() and p.suffix == ".gguf":
+    return p
+  raise FileNotFoundError(f"model {str(path)!r}: expected an HF directory, a checkpoint "
+                          f"directory or a .gguf file" + ("" if p.exists() else
+                                                          " (no such file or directory)"))
+
+
 def save_checkpoint(path, cfg: ModelConfig, model: Transformer, vocab_source=None) -> Path:
   """Saves converted parameters with orbax plus the config, for fast reloads.
 

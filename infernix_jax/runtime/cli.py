@@ -15,6 +15,8 @@ from pathlib import Path
 
 from absl import app, flags
 
+from infernix_jax.serve import command as _serve_command  # noqa: F401 (defines serve's flags)
+
 FLAGS = flags.FLAGS
 
 DEMO_PROMPT = ("Describe France as a JSON object with its name, capital city, population in "
@@ -222,18 +224,7 @@ def _layout() -> str:
 
 def _load(path):
   from infernix_jax import models as im
-  dtype = FLAGS.dtype
-  arrange = dict(layout=_layout(), weights=FLAGS.weights)
-  if path is None:
-    return im.load_default(dtype=dtype, **arrange)
-  p = Path(path)
-  if p.is_dir():
-    if (p / "infernix_model.json").exists():
-      return im.load_checkpoint(p, **arrange)
-    return im.load_hf_dir(p, dtype=dtype, **arrange)
-  if p.is_file() and p.suffix == ".gguf":
-    return im.load_gguf(p, dtype=dtype, **arrange)
-  raise FileNotFoundError(f"--model={path}: expected an HF directory or a .gguf file")
+  return im.load_model(path, dtype=FLAGS.dtype, layout=_layout(), weights=FLAGS.weights)
 
 
 def _vocabulary(source):
@@ -266,23 +257,10 @@ def _vocab_source(model: str | None) -> Path:
       checkpoint remembering its tokenizer, nor a .gguf file.
   """
   from infernix_jax import models as im
-  if model is None:
-    return im.default_model_path()
-  p = Path(model)
-  if p.is_dir():
-    meta = p / "infernix_model.json"
-    if meta.exists():
-      source = json.loads(meta.read_text(encoding="utf-8")).get("vocab_source")
-      if not source:
-        raise UsageError(f"--model={model}: the checkpoint names no tokenizer (vocab_source "
-                         f"in {meta})")
-      return Path(source)
-    if not (p / "tokenizer.json").exists():
-      raise UsageError(f"--model={model}: no tokenizer.json in the directory")
-    return p / "tokenizer.json"
-  if p.is_file() and p.suffix == ".gguf":
-    return p
-  raise UsageError(f"--model={model}: expected an HF directory or a .gguf file")
+  try:
+    return im.model_source(model)
+  except FileNotFoundError as e:
+    raise UsageError(f"--model={model}: {e}" if model is not None else str(e)) from None
 
 
 def _constraint_option() -> str:
@@ -585,18 +563,40 @@ def _check_demo(result, out) -> None:
   print("--- output validates against the JSON Schema (jsonschema)")
 
 
+COMMANDS = ("generate", "serve")
+
+
+def _serve() -> int:
+  """`serve`: the generate command's model and drafting flags, then the server's own."""
+  from infernix_jax.serve import command
+  command.check()
+  _validate()
+  return command.serve(jump_forward=_jump_forward_default_on(), layout=_layout())
+
+
+def _jump_forward_default_on() -> bool:
+  """--jump-forward, or on unless the drafter is 'none' (a server's requests are mostly
+  constrained; jump-forward drafts only apply to constrained lanes)."""
+  jump = FLAGS["jump-forward"].value
+  return FLAGS.drafter != "none" if jump is None else jump
+
+
 def main(argv) -> int:
-  """absl entry point: `generate` is the only command."""
+  """absl entry point: `generate` or `serve`."""
   args = argv[1:]
-  if args != ["generate"]:
-    print(f"error: expected the command 'generate', got {' '.join(args) or 'nothing'} "
-          f"(usage: infernix-jax generate [--flags])", file=sys.stderr)
+  if len(args) != 1 or args[0] not in COMMANDS:
+    print(f"error: expected a command, generate or serve, got {' '.join(args) or 'nothing'} "
+          f"(usage: infernix-jax generate|serve [--flags]; --help lists them)", file=sys.stderr)
     return 2
   from infernix_jax.constrain.errors import ConstraintError
   from infernix_jax.runtime.errors import CapacityError
+  from infernix_jax.serve.command import ServeUsageError
   try:
+    if args[0] == "serve":
+      return _serve()
     generate()
-  except (UsageError, ConstraintError, CapacityError, FileNotFoundError, ValueError) as e:
+  except (UsageError, ServeUsageError, ConstraintError, CapacityError, FileNotFoundError,
+          ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   return 0
@@ -610,7 +610,8 @@ def run() -> None:
   if any(a in HELP_ARGS for a in sys.argv[1:]):
     # absl's --help lists only the main module's key flags and exits 1: print ours instead.
     from infernix_jax.runtime import _cli_help
-    print(_cli_help.format_help())
+    command = "serve" if "serve" in sys.argv[1:] else "generate"
+    print(_cli_help.format_help(command=command))
     sys.exit(0)
 
   def entry(argv):
