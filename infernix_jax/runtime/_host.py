@@ -175,6 +175,8 @@ class RoundHost:
       # Never draft past max_tokens (the correction/bonus token needs one slot), nor past
       # the thinking budget (the row commits at most `left` tokens before its forced close).
       lim = max(0, min(k, lane.remaining - 1))
+      if lane.request.max_drafts is not None:
+        lim = min(lim, lane.request.max_drafts)
       left = lane.reasoning_left()
       if left is not None:
         lim = max(0, min(lim, left - 1))

@@ -30,6 +30,9 @@ def check_request(request: GenerationRequest) -> None:
   if request.thinking_budget is not None and not (
       isinstance(request.thinking_budget, int) and request.thinking_budget >= 0):
     raise ValueError(f"thinking_budget={request.thinking_budget!r} must be an int >= 0 or None")
+  if request.max_drafts is not None and not (
+      isinstance(request.max_drafts, int) and request.max_drafts >= 0):
+    raise ValueError(f"max_drafts={request.max_drafts!r} must be an int >= 0 or None")
   constrained = request.constraint is not None or request.tools is not None
   if constrained and request.stop:
     raise FeatureConflictError(

@@ -83,6 +83,9 @@ class GenerationRequest:
   # Constraint backend by registered name (overrides the constraint's own `backend`);
   # None = the constraint's choice ("auto" by default).
   backend: str | None = None
+  # The most drafts one round may take for this request (0 = ordinary decoding); None = the
+  # engine's K. Lowering it never changes the output law, only the accepted length.
+  max_drafts: int | None = None
 
   def __post_init__(self):
     if not self.request_id:

@@ -1,0 +1,443 @@
+"""The high-level API: one object holds a loaded model and its engine; one call generates.
+
+  import infernix_jax as ij
+  out = ij.generate("Describe France as JSON", json_schema={"type": "object"})
+  out.text, out.token_ids, out.stats["accepted_length"]
+
+  llm = ij.LLM(drafter="ngram", k=4)            # the embedded SmolLM2-135M-Instruct
+  llm.generate("Pick a colour", choice=["red", "green", "blue"]).text
+
+Everything a request asks is checked before anything runs, and errors name the parameter
+(`RequestError.param`); the CLI and the server build their requests through `LLM.prepare`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["Completion", "LLM", "PreparedRequest", "RequestError", "generate"]
+
+
+class RequestError(ValueError):
+  """A request parameter is invalid; `param` names it (e.g. "json_schema", "max_tokens").
+
+  Attributes:
+    param: the parameter at fault.
+    message: what is wrong with it (and where inside it, for constraints).
+  """
+
+  def __init__(self, param: str, message: str):
+    self.param, self.message = param, message
+    super().__init__(f"{param}: {message}")
+
+
+@dataclasses.dataclass
+class Completion:
+  """The result of one generation.
+
+  Attributes:
+    text: the whole output text (tool-call framing included).
+    content: the content text (reasoning and tool calls removed); equals `text` without tools
+      or thinking.
+    reasoning: the reasoning text of a thinking model ("" otherwise).
+    tool_calls: completed calls, `[{"name": ..., "arguments": JSON text}]`.
+    token_ids: the output token ids (EOS excluded).
+    finish_reason: "stop" | "length" | "stop_string" | "cancelled" | "error".
+    error: the message of a failed request (None otherwise).
+    prompt: the prompt text as fed to the model (chat template applied).
+    prompt_tokens: its length in tokens.
+    stats: rounds, drafted, accepted, accepted_length, acceptance_rate, tokens_per_second,
+      wall_seconds, and the constraint's report under "constraint" (None when free).
+    result: the engine's `runtime.GenerationResult`.
+  """
+
+  text: str
+  content: str
+  reasoning: str
+  tool_calls: list[dict]
+  token_ids: list[int]
+  finish_reason: str
+  error: str | None
+  prompt: str
+  prompt_tokens: int
+  stats: dict
+  result: Any = dataclasses.field(repr=False, default=None)
+
+  def json(self) -> Any:
+    """The content parsed as JSON (raises json.JSONDecodeError when it is not JSON)."""
+    return json.loads(self.content)
+
+
+@dataclasses.dataclass
+class PreparedRequest:
+  """A validated request, ready for `Engine.submit`, and what decoding its output needs.
+
+  Attributes:
+    request: the engine's `runtime.GenerationRequest`.
+    prompt: the prompt text fed to the model.
+    framing: the tool/thinking framing (`constrain.framing.prepare_for_request`), or None.
+  """
+
+  request: Any
+  prompt: str
+  framing: Any = None
+
+  def decoder(self):
+    """A streaming decoder of the output, or None without framing (plain content).
+
+    Feed it each `TokenEvent.token_ids`, then the EOS id when the request stopped on EOS;
+    `feed` returns content, reasoning and tool-call events (`constrain.framing`)."""
+    if self.framing is None:
+      return None
+    from infernix_jax.constrain import framing as fr
+    return fr.new_output_decoder(self.framing)
+
+
+def _constraint(*, json_schema, json_object, regex, choice, grammar, lenient, constraint):
+  """The OutputConstraint of the mutually exclusive constraint parameters (or None)."""
+  from infernix_jax import constrain as ic
+  given = [name for name, value in (("json_schema", json_schema is not None),
+                                    ("json_object", bool(json_object)),
+                                    ("regex", regex is not None),
+                                    ("choice", choice is not None),
+                                    ("grammar", grammar is not None),
+                                    ("constraint", constraint is not None)) if value]
+  if len(given) > 1:
+    raise RequestError(given[1], f"the constraint parameters are mutually exclusive: got "
+                       f"{' and '.join(given)}; give one")
+  if lenient and json_schema is None:
+    raise RequestError("lenient", "applies to json_schema only")
+  if constraint is not None:
+    if not isinstance(constraint, ic.OutputConstraint):
+      raise RequestError("constraint", f"expected an OutputConstraint, got "
+                         f"{type(constraint).__name__}")
+    return constraint
+  if json_schema is not None:
+    if isinstance(json_schema, (Mapping, bool)):
+      json_schema = json.dumps(json_schema)
+    if not isinstance(json_schema, str):
+      raise RequestError("json_schema", f"expected a schema (dict or JSON text), got "
+                         f"{type(json_schema).__name__}")
+    return ic.OutputConstraint.json_schema(json_schema, lenient=bool(lenient))
+  if json_object:
+    return ic.OutputConstraint.json_object()
+  if regex is not None:
+    if not isinstance(regex, str):
+      raise RequestError("regex", f"expected a string, got {type(regex).__name__}")
+    return ic.OutputConstraint.regex(regex)
+  if choice is not None:
+    if isinstance(choice, (str, bytes)) or not all(isinstance(c, str) for c in choice):
+      raise RequestError("choice", "expected a list of strings")
+    if not choice:
+      raise RequestError("choice", "the list is empty")
+    return ic.OutputConstraint.choice(list(choice))
+  if grammar is not None:
+    if not isinstance(grammar, str):
+      raise RequestError("grammar", f"expected GBNF text, got {type(grammar).__name__}")
+    return ic.OutputConstraint.grammar(grammar)
+  return None
+
+
+def _constraint_param(constraint) -> str:
+  kind = str(getattr(constraint.kind, "value", constraint.kind))
+  return {"json_object": "json_object", "json_schema": "json_schema", "regex": "regex",
+          "choice": "choice", "grammar": "grammar"}.get(kind, "constraint")
+
+
+class LLM:
+  """A loaded target model with its tokenizer, constraint compiler, drafter and engine.
+
+  Args:
+    model: None (the embedded SmolLM2-135M-Instruct), a .gguf file, an HF directory or an
+      infernix checkpoint directory (`models.load_model`).
+    drafter: drafter by registered name (`runtime.drafters.names()`): "ngram" (default),
+      "none", "mtp", "dflash", "dflash2", "draft", ...
+    k: draft length K (ignored by "none").
+    jump_forward: grammar jump-forward drafts on constrained requests (default: on unless the
+      drafter is "none").
+    masked_q: sampling drafters' q is masked by the grammar.
+    lanes: B, requests decoded together (continuous batching).
+    capacity: S, KV positions per lane: prompt + max_tokens + K + 1 must fit.
+    dtype, layout, weights: model storage (`models.load_model`); layout defaults to
+      "unrolled" (the fastest decoding on one device).
+    backend: constraint backend by registered name, or "auto".
+    bridge: "stages" or "callback" (`runtime.Engine`).
+    ngram_n, draft_model, drafter_weights: drafter options (`runtime.drafters.create`).
+    warmup: compile the engine's steps now (else on the first requests).
+    seed: the drafter's own sampling seed.
+  """
+
+  def __init__(self, model: str | Path | None = None, *, drafter: str = "ngram", k: int = 4,
+               jump_forward: bool | None = None, masked_q: bool = True, lanes: int = 1,
+               capacity: int = 2048, dtype: str | None = None, layout: str = "unrolled",
+               weights: str | None = None, backend: str = "auto", bridge: str = "stages",
+               ngram_n: int = 3, draft_model: str | Path | None = None,
+               drafter_weights: str | None = None, warmup: bool = False, seed: int = 0):
+    from infernix_jax import constrain as ic
+    from infernix_jax import models as im
+    from infernix_jax.constrain import backends
+    from infernix_jax.runtime import drafters
+    from infernix_jax.runtime.engine import Engine
+
+    if drafter not in drafters.names():
+      raise RequestError("drafter", f"{drafter!r} is not registered; one of "
+                         f"{', '.join(drafters.names())}")
+    if backend != "auto" and backend not in backends.names():
+      raise RequestError("backend", f"{backend!r} must be auto or one of "
+                         f"{', '.join(backends.names())}")
+    if jump_forward is None:
+      jump_forward = drafter != "none"
+    if k < 1 and (jump_forward or drafters.entry(drafter).drafts):
+      raise RequestError("k", f"k={k} must be >= 1 for drafter {drafter!r}"
+                         + (" with jump-forward" if jump_forward else ""))
+    if lanes < 1:
+      raise RequestError("lanes", f"lanes={lanes} must be >= 1")
+    self.source = im.model_source(model)
+    self.vocab = (ic.Vocabulary.from_gguf(self.source) if str(self.source).endswith(".gguf")
+                  else ic.Vocabulary.from_tokenizer_json(self.source))
+    self.tokenizer = im.load_tokenizer(self.source)
+    self.compiler = ic.ConstraintCompiler(self.vocab)
+    self.cfg, model_obj, _ = im.load_model(model, dtype=dtype, layout=layout, weights=weights)
+    draft = (im.load_model(draft_model, dtype=dtype)[:2] if draft_model is not None else None)
+    self.drafter = drafters.create(drafter, k=k, ngram_n=ngram_n, jump_forward=jump_forward,
+                                   target=(self.cfg, model_obj), draft_model=draft,
+                                   draft_sampling=True, seed=seed, weights=drafter_weights)
+    self.engine = Engine(model_obj, self.vocab, self.drafter, lanes=lanes, capacity=capacity,
+                         bridge=bridge, masked_q=masked_q, cfg=self.cfg,
+                         compiler=self.compiler)
+    self.drafter_name = drafter  # the registered name (the drafter's own name may add parts)
+    self.model_path = str(model) if model is not None else str(self.source)
+    self.backend = backend
+    self._lock = threading.Lock()  # `generate` from several threads runs one at a time
+    if warmup:
+      self.warmup()
+
+  @property
+  def model_name(self) -> str:
+    """A short name of the model (the file or directory name)."""
+    return Path(self.model_path).name
+
+  def warmup(self) -> None:
+    """Compiles the engine's round steps and the prefill/constrained paths of short requests."""
+    from infernix_jax import constrain as ic
+    from infernix_jax.runtime.types import GenerationRequest
+    with self._lock:
+      self.engine.warmup()
+      ids = self.tokenizer.encode("Hello")
+      self.engine.generate([GenerationRequest(ids, max_tokens=2),
+                            GenerationRequest(ids, max_tokens=2,
+                                              constraint=ic.OutputConstraint.json_object())])
+
+  # --- requests ------------------------------------------------------------------------------
+  def render(self, prompt: str | Sequence[Mapping[str, Any]], *, system: str | None = None,
+             tools: Any = None, tool_choice: Any = None) -> str:
+    """The chat prompt text of a user message (or a list of messages) with the model's template.
+
+    Tools are rendered by the template when it has tool syntax, else as Hermes-style
+    instructions in the system turn (`constrain.framing.render_chat`).
+    """
+    from infernix_jax.constrain import framing as fr
+    if isinstance(prompt, str):
+      messages = ([{"role": "system", "content": system}] if system else []) + [
+          {"role": "user", "content": prompt}]
+    else:
+      messages = [dict(m) for m in prompt]
+      if system:
+        messages.insert(0, {"role": "system", "content": system})
+    if tools is None:
+      return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    return fr.render_chat(self.source, self.vocab, messages, tools=tools,
+                          tool_choice=tool_choice)
+
+  def prepare(self, prompt: str | Sequence[Mapping[str, Any]] | Sequence[int], *,
+              chat: bool | None = None, system: str | None = None,
+              json_schema: Any = None, json_object: bool = False, regex: str | None = None,
+              choice: Sequence[str] | None = None, grammar: str | None = None,
+              lenient: bool = False, constraint: Any = None, tools: Any = None,
+              tool_choice: Any = None, max_tokens: int = 256, temperature: float = 0.0,
+              top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int = 0,
+              presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+              stop: Sequence[str] | str | None = None, thinking_budget: int | None = None,
+              on_token: Callable | None = None, request_id: str = "",
+              max_drafts: int | None = None) -> PreparedRequest:
+    """Validates a request and compiles its constraint (the compile cache keeps it).
+
+    Args:
+      prompt: a user message (str, rendered with the chat template unless chat=False), a list
+        of chat messages ({"role", "content"}), or token ids (used as given).
+      chat: render a str prompt as a chat turn (default True).
+      system: a system message (chat only).
+      json_schema / json_object / regex / choice / grammar / constraint: the output constraint
+        (at most one): a JSON Schema (dict or text), any JSON object, a regex over the whole
+        output, a list of strings, GBNF text, or an `OutputConstraint`.
+      lenient: json_schema only: drop unsupported assertion keywords instead of rejecting.
+      tools, tool_choice: OpenAI-style function definitions and "auto" | "none" | "required"
+        | a tool name; calls are framed and constrained (chat prompts only).
+      max_tokens, temperature, top_p, top_k, min_p, seed, presence_penalty,
+      frequency_penalty: sampling (`runtime.SamplingOptions`; temperature 0 = greedy).
+      stop: extra stop strings (unconstrained output only).
+      thinking_budget: reasoning tokens allowed (thinking models).
+      on_token: a `runtime.TokenEvent` callback (streaming).
+      request_id: the engine's id for the request (default: a fresh one).
+      max_drafts: the most drafts a round may take for this request (None: the drafter's K;
+        0: ordinary decoding).
+
+    Raises:
+      RequestError: an invalid parameter (its name in `.param`, the location inside it in the
+        message).
+    """
+    from infernix_jax.constrain import framing as fr
+    from infernix_jax.constrain.errors import ConstraintError
+    from infernix_jax.runtime._session import check_request
+    from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
+
+    content = _constraint(json_schema=json_schema, json_object=json_object, regex=regex,
+                          choice=choice, grammar=grammar, lenient=lenient,
+                          constraint=constraint)
+    if isinstance(stop, str):
+      stop = [stop]
+    if stop and (content is not None or tools is not None):
+      raise RequestError("stop", "stop strings cannot be combined with an output constraint "
+                         "or tools: a constrained output ends when its grammar accepts EOS")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+      raise RequestError("max_tokens", f"{max_tokens!r} must be an integer >= 1")
+    sampling = SamplingOptions(temperature=float(temperature), top_k=int(top_k),
+                               top_p=float(top_p), min_p=float(min_p), seed=int(seed),
+                               presence_penalty=float(presence_penalty),
+                               frequency_penalty=float(frequency_penalty))
+    try:
+      sampling.validate()
+    except ValueError as e:
+      raise RequestError(str(e).split("=", 1)[0], str(e)) from None
+    chat = True if chat is None else chat
+    if isinstance(prompt, str):
+      if not prompt and not chat:
+        raise RequestError("prompt", "is empty")
+      text = (self._render(prompt, system=system, tools=tools, tool_choice=tool_choice)
+              if chat else prompt)
+      ids = self.tokenizer.encode(text)
+    elif prompt and all(isinstance(t, Mapping) for t in prompt):
+      text = self._render(prompt, system=system, tools=tools, tool_choice=tool_choice)
+      ids = self.tokenizer.encode(text)
+    elif prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+      ids = [int(t) for t in prompt]
+      bad = [t for t in ids if not 0 <= t < self.cfg.vocab_size]
+      if bad:
+        raise RequestError("prompt", f"token ids {bad[:5]} are outside the vocabulary "
+                           f"(0..{self.cfg.vocab_size - 1})")
+      text = self.tokenizer.decode(ids)
+    else:
+      raise RequestError("prompt", "expected a string, a non-empty list of chat messages or "
+                         "a non-empty list of token ids")
+    if tools is not None and not chat:
+      raise RequestError("tools", "tool calls need a chat prompt (chat=True)")
+    backend = None if self.backend == "auto" else self.backend
+    try:
+      framing = fr.prepare_for_request(self.vocab, ids, tools=tools, tool_choice=tool_choice,
+                                       constraint=content, compiler=self.compiler)
+      if framing is None and content is not None:
+        self.compiler.compile(content, backend=backend)
+    except ConstraintError as e:
+      param = ("tool_choice" if "tool_choice" in str(e) or "tool choice" in str(e) else
+               "tools" if tools is not None and (content is None or "tool" in str(e)) else
+               _constraint_param(content))
+      raise RequestError(param, str(e)) from None
+    need = len(ids) + max_tokens + self.drafter.k + 1
+    if need > self.engine.capacity:
+      raise RequestError("max_tokens", f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) "
+                         f"+ K+1 ({self.drafter.k + 1}) = {need} exceeds the context of "
+                         f"{self.engine.capacity} positions per lane; lower max_tokens")
+    request = GenerationRequest(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling,
+                                constraint=content, tools=tools,
+                                tool_choice=tool_choice if tools is not None else None,
+                                stop=tuple(stop or ()), on_token=on_token,
+                                thinking_budget=thinking_budget, backend=backend,
+                                request_id=request_id, max_drafts=max_drafts)
+    try:
+      check_request(request)
+    except ValueError as e:
+      param = next((p for p in ("thinking_budget", "max_drafts") if p in str(e)), "prompt")
+      raise RequestError(param, str(e)) from None
+    return PreparedRequest(request=request, prompt=text, framing=framing)
+
+  def _render(self, prompt, *, system, tools, tool_choice) -> str:
+    try:
+      return self.render(prompt, system=system, tools=tools, tool_choice=tool_choice)
+    except (TypeError, KeyError) as e:
+      raise RequestError("messages", f"cannot be rendered by the chat template: {e}") from None
+
+  def complete(self, prepared: PreparedRequest, result) -> Completion:
+    """The Completion of a finished request (tool calls and reasoning decoded)."""
+    from infernix_jax.constrain import framing as fr
+    from infernix_jax.runtime.types import FinishReason
+    content, reasoning, calls = result.text, "", []
+    if prepared.framing is not None and result.finish_reason != FinishReason.ERROR:
+      decoded = fr.decode_output(prepared.framing, result.token_ids,
+                                 terminated=result.finish_reason == FinishReason.STOP)
+      content, reasoning = decoded.content, decoded.reasoning
+      calls = [{"name": c.name, "arguments": c.arguments_json} for c in decoded.tool_calls]
+    stats = result.to_dict()["stats"]
+    stats.pop("per_round")
+    stats["constraint"] = result.constraint.to_dict() if result.constraint else None
+    return Completion(text=result.text, content=content, reasoning=reasoning,
+                      tool_calls=calls, token_ids=list(result.token_ids),
+                      finish_reason=result.finish_reason.value, error=result.error,
+                      prompt=prepared.prompt, prompt_tokens=len(prepared.request.prompt_ids),
+                      stats=stats, result=result)
+
+  def generate(self, prompt, **options) -> Completion:
+    """Generates one output; keyword options as `prepare`. Returns a `Completion`."""
+    return self.generate_batch([dict(options, prompt=prompt)])[0]
+
+  def generate_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[Completion]:
+    """Generates several outputs together (continuous batching over the engine's lanes).
+
+    Args:
+      requests: one dict of `prepare` keyword arguments per request (with "prompt").
+
+    Raises:
+      RequestError: any request is invalid (none runs; the message gives its index).
+    """
+    prepared = []
+    for i, options in enumerate(requests):
+      options = dict(options)
+      if "prompt" not in options:
+        raise RequestError("prompt", f"request {i} has no prompt")
+      try:
+        prepared.append(self.prepare(options.pop("prompt"), **options))
+      except RequestError as e:
+        if len(requests) == 1:
+          raise
+        raise RequestError(e.param, f"request {i}: {e.message}") from None
+      except TypeError as e:
+        raise RequestError("options", f"request {i}: {e}") from None
+    with self._lock:
+      results = self.engine.generate([p.request for p in prepared])
+    return [self.complete(p, r) for p, r in zip(prepared, results)]
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_llm(model, drafter, k, lanes, capacity) -> LLM:
+  return LLM(model, drafter=drafter, k=k, lanes=lanes, capacity=capacity)
+
+
+def generate(prompt, *, model: str | None = None, drafter: str = "ngram", k: int = 4,
+             **options) -> Completion:
+  """Generates one output with a cached `LLM` (loaded on the first call for each model).
+
+  Args:
+    prompt: a user message, a list of chat messages, or token ids (`LLM.prepare`).
+    model: None (the embedded SmolLM2-135M-Instruct), a .gguf file or an HF directory.
+    drafter, k: the drafter by registered name and its draft length.
+    **options: `LLM.prepare` keyword arguments (json_schema=..., temperature=..., ...).
+
+  Returns:
+    A `Completion`: text, token_ids, tool_calls, finish_reason and stats.
+  """
+  llm = _cached_llm(None if model is None else str(model), drafter, k, 1, 2048)
+  return llm.generate(prompt, **options)
