@@ -7,7 +7,7 @@ import textwrap
 
 from absl import flags
 
-USAGE = "usage: infernix-jax generate [--flags]"
+USAGE = "usage: infernix-jax generate|serve [--flags]"
 
 # Every flag the CLI defines, under the heading it is listed in (tests check the cover).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -21,6 +21,24 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "frequency-penalty", "max-tokens")),
     ("output", ("json-out", "stream", "warmup", "compile-cache")),
 )
+
+# `serve`: the server's own flags, then the model and drafting flags it shares with generate.
+SERVE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("server", ("host", "port", "lanes", "capacity", "served-model-name")),
+    ("model", ("model", "dtype", "layout", "weights")),
+    ("drafting", ("drafter", "k", "ngram-n", "jump-forward", "masked-q", "draft-model",
+                  "drafter-weights", "bridge", "backend")),
+    ("output", ("compile-cache",)),
+)
+
+INTROS = {
+    "generate": ("Constrained speculative generation. With no flags: the main job (a JSON "
+                 "Schema-constrained reply of the embedded SmolLM2 with n-gram + jump-forward "
+                 "drafting)."),
+    "serve": ("An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
+              "/v1/models, /health) on one engine shared by every connection; output "
+              "constraints, tools, sampling and speculative options are per request."),
+}
 
 _WIDTH = 88
 _INDENT = " " * 6
@@ -56,15 +74,16 @@ def _flag_text(flag: flags.Flag) -> str:
   return "\n".join(lines)
 
 
-def format_help(flag_values: flags.FlagValues = flags.FLAGS) -> str:
-  """The help text: usage, then each group's flags with their help and default."""
-  intro = ("Constrained speculative generation. With no flags: the main job (a JSON "
-           "Schema-constrained reply of the embedded SmolLM2 with n-gram + jump-forward "
-           "drafting).")
-  parts = [USAGE, "", textwrap.fill(intro, _WIDTH), ""]
-  for heading, names in GROUPS:
+def format_help(flag_values: flags.FlagValues = flags.FLAGS, command: str = "generate") -> str:
+  """The help text of a command: usage, then each group's flags with their help and default."""
+  groups = SERVE_GROUPS if command == "serve" else GROUPS
+  parts = [USAGE.replace("generate|serve", command), "", textwrap.fill(INTROS[command], _WIDTH),
+           ""]
+  for heading, names in groups:
     parts.append(f"{heading}:")
     parts += [_flag_text(flag_values[name]) for name in names]
     parts.append("")
-  parts.append("absl's own flags (logging, ...): --helpfull")
+  other = "serve" if command == "generate" else "generate"
+  parts.append(f"The other command: infernix-jax {other} --help. absl's own flags (logging, "
+               f"...): --helpfull")
   return "\n".join(parts)

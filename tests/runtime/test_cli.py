@@ -40,7 +40,11 @@ def run_cli(args):
      "--json-schema-file=/nonexistent/s.json: no such file"),
     (["generate", "--mesh=tp=2,pp=2"], "--mesh='tp=2,pp=2': unknown key 'pp' in 'pp=2'"),
     (["generate", "--mesh=tp=2"], "--mesh='tp=2': needs dp * tp = 2 devices, only 1 are"),
-    (["frobnicate"], "expected the command 'generate'"),
+    (["frobnicate"], "expected a command, generate or serve, got frobnicate"),
+    (["serve", "--lanes=0"], "--lanes=0 must be >= 1"),
+    (["serve", "--port=70000"], "--port=70000 must be in [0, 65535]"),
+    (["serve", "--drafter=magic"], "--drafter='magic' must be one of"),
+    (["serve", "--model=/nonexistent/m.gguf"], "--model=/nonexistent/m.gguf: no such file"),
 ])
 def test_invalid_flags_give_one_error_line(args, message, capsys):
   assert run_cli(args) == 2
@@ -122,9 +126,29 @@ def test_help_lists_the_command_flags_by_group():
 
 def test_help_groups_cover_every_cli_flag():
   from infernix_jax.runtime import _cli_help
+  from infernix_jax.serve import command
   grouped = [name for _, names in _cli_help.GROUPS for name in names]
   defined = {f.name for f in flags.FLAGS.get_flags_for_module(cli.__name__)}
   assert sorted(grouped) == sorted(defined)
+  served = [name for _, names in _cli_help.SERVE_GROUPS for name in names]
+  own = {f.name for f in flags.FLAGS.get_flags_for_module(command.__name__)}
+  assert own == set(command.SERVE_FLAGS) and own <= set(served)
+  assert set(served) - own <= defined  # the rest are generate's model and drafting flags
+
+
+def test_serve_help_lists_the_server_flags():
+  import subprocess
+  import sys
+  proc = subprocess.run([sys.executable, "-m", "infernix_jax.runtime.cli", "serve", "--help"],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  text = proc.stdout
+  assert text.startswith("usage: infernix-jax serve")
+  for heading in ("server:", "model:", "drafting:"):
+    assert f"\n{heading}\n" in text
+  for flag in ("--host", "--port", "--lanes", "--capacity", "--drafter", "--k"):
+    assert f"\n  {flag}\n" in text, flag
+  assert "--temperature" not in text  # sampling is per request on a server
 
 
 @pytest.fixture

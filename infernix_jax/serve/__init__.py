@@ -1,0 +1,7 @@
+"""The OpenAI-compatible server: `infernix-jax serve` (needs the serve extra).
+
+  requests.py   OpenAI bodies -> `LLM.prepare` options (errors name the field)
+  scheduler.py  the engine thread: continuous batching, cancel on disconnect
+  app.py        the starlette routes: chat and text completions, models, health, SSE
+  command.py    the `serve` command's flags and start-up (importing it is light)
+"""

