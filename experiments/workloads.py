@@ -178,6 +178,11 @@ def _labels(dataset, limit, seed, data, template="pe", constrained=True):
 
 
 def _jsonschema(subset, limit, seed, data, max_schema_chars=800):
+  """Schemas of a JSONSchemaBench subset up to `max_schema_chars` that the strict schema
+  checker accepts (a decoding workload measures decoding; coverage is schema_coverage's)."""
+  from infernix_jax.constrain.errors import ConstraintError
+  from infernix_jax.constrain.schema.check import check_json_schema
+
   root = _need(data / "jsonschemabench/data" / subset)
   items = []
   for path in sorted(root.glob("*.json")):
@@ -185,10 +190,15 @@ def _jsonschema(subset, limit, seed, data, max_schema_chars=800):
       schema = json.dumps(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError):
       continue
-    if len(schema) <= max_schema_chars:
-      items.append(Item(f"json/{subset}/{path.stem}", f"jsonschema:{subset}",
-                        f"Answer as JSON following this schema: {schema}",
-                        ("json_schema", schema), None, 96, "json_schema"))
+    if len(schema) > max_schema_chars:
+      continue
+    try:
+      check_json_schema(schema)
+    except ConstraintError:
+      continue
+    items.append(Item(f"json/{subset}/{path.stem}", f"jsonschema:{subset}",
+                      f"Answer as JSON following this schema: {schema}",
+                      ("json_schema", schema), None, 96, "json_schema"))
   return draw(items, limit, seed)
 
 

@@ -41,6 +41,17 @@ def test_jsonschema_and_bfcl_items_validate_with_jsonschema():
 
 
 @needs_data
+def test_jsonschema_workloads_hold_only_schemas_the_checker_accepts():
+  """Github_trivial holds o65455 (`format` inside `oneOf`), which the strict checker refuses:
+  a decoding workload leaves it out instead of failing every constrained cell."""
+  from infernix_jax.constrain.schema.check import check_json_schema
+  items = workloads.load("jsonschema:Github_trivial", 0)
+  assert items and "json/Github_trivial/o65455" not in {i.id for i in items}
+  for item in items:
+    check_json_schema(item.constraint[1])
+
+
+@needs_data
 @pytest.mark.parametrize("name", ["arithmetic", "list"])
 def test_gbnf_workloads_compile(name):
   from infernix_jax import constrain as ic
