@@ -32,6 +32,7 @@ from infernix_jax.constrain.framing._hermes_decoder import (ARGUMENTS_KEY, CALL_
                                                             HermesDecoder)
 from infernix_jax.constrain.framing.decoder import DecodedOutput
 from infernix_jax.constrain.framing.grammar import ContentGrammar
+from infernix_jax.constrain.framing.session import CompiledGrammarFacts
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
                                                   resolve_choice)
 
@@ -233,24 +234,11 @@ def build_hermes_grammar(tools: Sequence[ToolDefinition], choice: ToolChoice | N
 # --- compiled grammar, session, prepared request -------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class CompiledHermes:
+class CompiledHermes(CompiledGrammarFacts):
   """A compiled Hermes grammar (`CompiledConstraint` of the xgrammar backend, cached by the
   `ConstraintCompiler`) plus the facts its sessions decode with."""
   framed: HermesGrammar
   grammar: Any
-
-  @property
-  def vocab(self):
-    return self.grammar.vocab
-
-  @property
-  def cache_status(self) -> str:
-    """``hit`` / ``built`` / ``waited`` of the compile call that returned it."""
-    return self.grammar.cache_status
-
-  @property
-  def compile_seconds(self) -> float:
-    return self.grammar.compile_seconds
 
   def new_session(self) -> "HermesSession":
     return HermesSession(self)

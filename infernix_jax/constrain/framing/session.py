@@ -31,16 +31,10 @@ _PARAM_DELIM = (_args.VALUE_DELIMITER + "\n").encode()  # ends one parameter
 _NAME = re.compile(rb"<parameter=([^<>\n]*)>")
 
 
-@dataclasses.dataclass(frozen=True)
-class CompiledFraming:
-  """A compiled framed grammar plus the facts its sessions decode with.
+class CompiledGrammarFacts:
+  """What a compiled whole-output grammar reports from its `CompiledConstraint` (`grammar`):
+  shared by the Qwen framing and the Hermes text framing."""
 
-  Attributes:
-    framed: the language and decoding facts.
-    grammar: the `CompiledConstraint` of the whole-output grammar (xgrammar backend, shared
-      through the `ConstraintCompiler` cache).
-  """
-  framed: FramedGrammar
   grammar: Any
 
   @property
@@ -55,6 +49,19 @@ class CompiledFraming:
   @property
   def compile_seconds(self) -> float:
     return self.grammar.compile_seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledFraming(CompiledGrammarFacts):
+  """A compiled framed grammar plus the facts its sessions decode with.
+
+  Attributes:
+    framed: the language and decoding facts.
+    grammar: the `CompiledConstraint` of the whole-output grammar (xgrammar backend, shared
+      through the `ConstraintCompiler` cache).
+  """
+  framed: FramedGrammar
+  grammar: Any
 
   def new_session(self) -> "FramedSession":
     """A new session (its own matcher, decoder and companion)."""
