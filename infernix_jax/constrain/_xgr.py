@@ -124,7 +124,11 @@ def compile_grammar(vocab, ebnf: str) -> Any:
 
 
 def compile_json_schema(vocab, schema: str, *, max_whitespace: int, strict: bool = False) -> Any:
-  """Compiles a JSON Schema; whitespace between tokens in runs of at most ``max_whitespace``."""
+  """Compiles a JSON Schema; whitespace between tokens in runs of at most ``max_whitespace``
+  (0: none at all, ``,`` / ``:`` separators, as llguidance's non-flexible whitespace)."""
+  if max_whitespace == 0:
+    return grammar_compiler(vocab).compile_json_schema(
+        schema, any_whitespace=False, separators=(",", ":"), strict_mode=strict)
   return grammar_compiler(vocab).compile_json_schema(
       schema, any_whitespace=True, max_whitespace_cnt=max_whitespace, strict_mode=strict)
 

@@ -1,0 +1,143 @@
+"""The grammar-faithful law μ*(y) ∝ p(y)·[y ∈ L] of a finite language, as a Doob transform.
+
+With the future validity Φ(y) = Pr_p[a valid completion | y], μ* decodes token by token with
+p*(t | y) = p(t | y)·Φ(y t) / Φ(y), EOS counting as a token with Φ(y EOS) = [y ∈ L]
+(Park et al., "Grammar-Aligned Decoding", NeurIPS 2024). For a finite language Φ is exact:
+a sum over the token trie (`faithful.trie`) of the target's probabilities (`faithful.target`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from infernix_jax.faithful import target as _target
+from infernix_jax.faithful.trie import TokenTrie
+
+LAWS = ("local", "exact-finite")  # GenerationRequest.sampling_law values
+# A legal token a greedy lane must not take gets this bias: finite (never flagged non-finite),
+# far below any real logit.
+GREEDY_BLOCK = -1e30
+
+
+@dataclasses.dataclass
+class ExactFiniteLaw:
+  """μ* of one request: the trie, the target's node log-probabilities, log Φ, and costs.
+
+  Attributes:
+    trie: the TokenTrie of the constraint.
+    temperature: the T of p (greedy requests use T = 1: member probabilities under the model).
+    edge: f64[N] log p(token[node] | parent); eos: f64[N] log p(EOS | node) (-inf off members).
+    log_phi: f64[N] log Φ(node).
+    cost: the target forwards that computed them (faithful.target.ForwardCost).
+    greedy_path: the most probable tokenization of the most probable member (EOS excluded).
+  """
+
+  trie: TokenTrie
+  temperature: float
+  edge: np.ndarray
+  eos: np.ndarray
+  log_phi: np.ndarray
+  cost: Any
+  greedy_path: tuple[int, ...] = ()
+
+  @classmethod
+  def compute(cls, graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
+              vocab: Any, temperature: float) -> "ExactFiniteLaw":
+    """Runs the target over the trie and builds the law (T = 0 builds greedy's law at T = 1).
+
+    Raises:
+      FeatureConflictError: the language has no member with positive probability.
+    """
+    from infernix_jax.constrain.errors import FeatureConflictError
+    t = float(temperature) if temperature > 0 else 1.0
+    edge, eos, cost = _target.node_logprobs(graphdef, state, cfg, prompt, trie, vocab.size, t)
+    phi = _target.log_phi(trie, edge, eos)
+    if not np.isfinite(phi[0]):
+      raise FeatureConflictError(
+          "sampling_law='exact-finite': every member of the constraint's language has "
+          "probability 0 under the target (or the language is empty)")
+    law = cls(trie=trie, temperature=t, edge=edge, eos=eos, log_phi=phi, cost=cost)
+    law.greedy_path = law._greedy(vocab)
+    return law
+
+  # --- the law -------------------------------------------------------------------------------
+  def path_logp(self) -> np.ndarray:
+    """f64[N] log p(path to node) (product of edge probabilities from the root)."""
+    out = np.zeros(self.trie.size)
+    for d in range(1, int(self.trie.depth.max(initial=0)) + 1):
+      idx = np.flatnonzero(self.trie.depth == d)
+      out[idx] = out[self.trie.parent[idx]] + self.edge[idx]
+    return out
+
+  def distribution(self) -> dict[tuple[int, ...], float]:
+    """μ* over member token sequences (EOS excluded): p(y)·p(EOS | y) / Φ(root)."""
+    lp = self.path_logp() + self.eos - self.log_phi[0]
+    return {tuple(self.trie.path(int(i))): float(np.exp(lp[i]))
+            for i in np.flatnonzero(self.trie.member)}
+
+  def next_logprobs(self, node: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """log p*(· | node): (tokens i32[C], log probs f64[C] of the children, log p*(EOS))."""
+    kids = self.trie.children[node]
+    tokens = np.fromiter(kids.keys(), np.int32, len(kids))
+    nodes = np.fromiter(kids.values(), np.int64, len(kids))
+    base = self.log_phi[node]
+    return tokens, self.edge[nodes] + self.log_phi[nodes] - base, float(self.eos[node] - base)
+
+  def sample(self, rng: np.random.Generator) -> tuple[int, ...]:
+    """One output from μ*, token by token with p* (EOS excluded)."""
+    node, out = 0, []
+    while True:
+      tokens, lp, lp_eos = self.next_logprobs(node)
+      probs = np.exp(np.append(lp, lp_eos))
+      i = int(rng.choice(len(probs), p=probs / probs.sum()))
+      if i == len(tokens):
+        return tuple(out)
+      out.append(int(tokens[i]))
+      node = self.trie.children[node][out[-1]]
+
+  def _greedy(self, vocab: Any) -> tuple[int, ...]:
+    """The most probable member, its probability summed over every tokenization (ties: the
+    smaller byte string); output its most probable tokenization (ties: the first found)."""
+    lp = self.path_logp() + self.eos
+    best: dict[bytes, list] = {}
+    for i in np.flatnonzero(self.trie.member):
+      path = self.trie.path(int(i))
+      text = vocab.decode(path)
+      entry = best.setdefault(text, [-np.inf, -np.inf, ()])
+      entry[0] = np.logaddexp(entry[0], lp[i])
+      if lp[i] > entry[1]:
+        entry[1], entry[2] = lp[i], tuple(path)
+    text = min(best, key=lambda s: (-best[s][0], s))
+    return best[text][2]
+
+  # --- what the engine applies ---------------------------------------------------------------
+  def bias(self, node: int, out: np.ndarray, temperature: float) -> None:
+    """Writes this node's additive logit bias into `out` (f32[Vm], zeroed by the caller).
+
+    Sampling (T > 0): T·(log Φ(child_t) − log Φ(node)) on each child token and −T·log Φ(node)
+    on the EOS ids at a member, so softmax(logits / T + bias / T) over the legal set is p*.
+    Greedy (T = 0): 0 on the next token of `greedy_path`, GREEDY_BLOCK on every other legal
+    token. Nodes off the trie (-1) get no bias.
+    """
+    if node < 0:
+      return
+    kids = self.trie.children[node]
+    if temperature > 0:
+      base = self.log_phi[node]
+      for t, child in kids.items():
+        out[t] = temperature * (self.log_phi[child] - base)
+      if self.trie.member[node]:
+        out[list(self.trie.eos_ids)] = -temperature * base
+      return
+    depth = int(self.trie.depth[node])
+    path = self.greedy_path
+    if self.trie.path(node) != list(path[:depth]):
+      return  # off the forced path: an earlier position rejects this draft anyway
+    out[list(kids)] = GREEDY_BLOCK
+    if self.trie.member[node]:
+      out[list(self.trie.eos_ids)] = GREEDY_BLOCK
+    nxt = path[depth] if depth < len(path) else self.trie.eos_ids[0]
+    out[nxt] = 0.0
