@@ -264,7 +264,8 @@ class LLM:
               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
               stop: Sequence[str] | str | None = None, thinking_budget: int | None = None,
               on_token: Callable | None = None, request_id: str = "",
-              max_drafts: int | None = None) -> PreparedRequest:
+              max_drafts: int | None = None,
+              sampling_law: str = "local") -> PreparedRequest:
     """Validates a request and compiles its constraint (the compile cache keeps it).
 
     Args:
@@ -286,6 +287,10 @@ class LLM:
       request_id: the engine's id for the request (default: a fresh one).
       max_drafts: the most drafts a round may take for this request (None: the drafter's K;
         0: ordinary decoding).
+      sampling_law: "local" (the target renormalized over the legal tokens at each position)
+        or "exact-finite" (p(y) restricted to the constraint's whole outputs, for a finite
+        constraint; greedy = the most probable output summed over its tokenizations;
+        `infernix_jax.faithful`).
 
     Raises:
       RequestError: an invalid parameter (its name in `.param`, the location inside it in the
@@ -357,11 +362,13 @@ class LLM:
                                 tool_choice=tool_choice if tools is not None else None,
                                 stop=tuple(stop or ()), on_token=on_token,
                                 thinking_budget=thinking_budget, backend=backend,
-                                request_id=request_id, max_drafts=max_drafts)
+                                request_id=request_id, max_drafts=max_drafts,
+                                sampling_law=sampling_law)
     try:
       check_request(request)
     except ValueError as e:
-      param = next((p for p in ("thinking_budget", "max_drafts") if p in str(e)), "prompt")
+      param = next((p for p in ("sampling_law", "thinking_budget", "max_drafts")
+                    if p in str(e)), "prompt")
       raise RequestError(param, str(e)) from None
     return PreparedRequest(request=request, prompt=text, framing=framing)
 

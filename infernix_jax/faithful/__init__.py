@@ -3,10 +3,11 @@
 `trie.build` walks a constraint session into the token trie of a finite language;
 `law.ExactFiniteLaw.compute` runs the target over it (batched cached forwards) and holds the
 exact future validity Φ, the Doob-transformed next-token law p*, sampling and greedy;
-`for_request` builds both for one engine request (the engine's `sampling_law='exact-finite'`).
+`LawCache` builds both for one engine request (the engine's `sampling_law='exact-finite'`).
 """
 
 from infernix_jax.faithful.law import GREEDY_BLOCK, LAWS, ExactFiniteLaw
+from infernix_jax.faithful.request import LawCache
 from infernix_jax.faithful.target import ForwardCost, log_phi, node_logprobs
 from infernix_jax.faithful.trie import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NODES,
                                         LanguageTooLargeError, TokenTrie, build,
@@ -14,6 +15,6 @@ from infernix_jax.faithful.trie import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NODES,
 
 __all__ = [
     "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_NODES", "ExactFiniteLaw", "ForwardCost", "GREEDY_BLOCK",
-    "LAWS", "LanguageTooLargeError", "TokenTrie", "build", "check_finite_kind", "log_phi",
+    "LAWS", "LanguageTooLargeError", "LawCache", "TokenTrie", "build", "check_finite_kind", "log_phi",
     "node_logprobs",
 ]

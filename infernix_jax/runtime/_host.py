@@ -52,6 +52,8 @@ class RoundHost:
     self.eos = frozenset(int(e) for e in vocab.eos_ids)
     from infernix_jax.pallas import FLAG_DEAD_END, FLAG_EMPTY, FLAG_NONFINITE
     self.dead_bit, self.nonfinite_bit, self.empty_bit = FLAG_DEAD_END, FLAG_NONFINITE, FLAG_EMPTY
+    self.vm = vocab.padded_size  # Vm, the logits width (the engine sets its model's)
+    self.bias_bufs: dict[int, np.ndarray] = {}  # [B, P', Vm] f32 per width (law lanes)
     # Host drafters' state (device drafters keep theirs in the engine's device state).
     self.draft_state = None if drafter.on_device else drafter.init(spec)[1]
     self.stats = collections.Counter()  # host seconds per step, mask bytes uploaded
@@ -252,6 +254,39 @@ class RoundHost:
     self.stats["mask_seconds"] += seconds
     return buf, states, enabled
 
+  # --- step 2b: sampling-law bias ------------------------------------------------------------
+  def any_law(self) -> bool:
+    """Whether an active lane samples a law other than the local one (a bias is uploaded)."""
+    return any(x is not None and x.law is not None and x.finish is None for x in self.lanes)
+
+  def bias(self, drafts: np.ndarray, n_drafts: np.ndarray) -> np.ndarray:
+    """Additive logit bias f32[B, P', Vm] that turns p into the lanes' law (`faithful`).
+
+    Position i of lane b gets the bias of the trie node reached by the committed output and
+    drafts[b, :i] (`ExactFiniteLaw.bias`, scaled by the lane's temperature); other lanes and
+    positions past the trie get 0, so their logits are unchanged.
+    """
+    t0 = time.perf_counter()
+    drafts = np.asarray(drafts, np.int32)
+    p = drafts.shape[1] + 1
+    buf = self.bias_bufs.get(p)
+    if buf is None:
+      buf = self.bias_bufs[p] = np.zeros((self.b, p, self.vm), np.float32)
+    buf.fill(0.0)
+    n_drafts = np.minimum(np.asarray(n_drafts), p - 1)
+    for b, lane in enumerate(self.lanes):
+      if lane is None or lane.law is None or lane.finish is not None:
+        continue
+      temperature = float(lane.request.sampling.temperature)
+      node = lane.law_node
+      for i in range(int(n_drafts[b]) + 1):
+        lane.law.bias(node, buf[b, i], temperature)
+        if i < int(n_drafts[b]):
+          node = lane.law.trie.walk(drafts[b, i:i + 1], node) if node >= 0 else -1
+    self.stats["bias_seconds"] += time.perf_counter() - t0
+    self.stats["bias_bytes_uploaded"] += buf.nbytes
+    return buf
+
   # --- step 3: commit ------------------------------------------------------------------------
   def commit(self, accepted, tokens, flags, n_drafts) -> tuple[Committed, np.ndarray]:
     """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
@@ -340,6 +375,9 @@ class RoundHost:
             finish = FinishReason.STOP
         if lane.tracker is not None:
           lane.tracker.observe(out)
+        if lane.law is not None:
+          lane.law_node = lane.law.trie.walk([t for t in out if t not in self.eos],
+                                             lane.law_node)
         lane.publish([t for t in out if t not in self.eos], final=finish is not None)
       except Exception as e:  # noqa: BLE001 (a session or stream callback fails its row)
         lane.fail(SessionFailure(f"request {lane.request.request_id}: commit or streaming "

@@ -29,6 +29,8 @@ class Lane:
   error: GenerationError | None = None
   tracker: Any = None  # ReasoningTracker of a budgeted row without a FramedSession
   forced_close: bool = False  # the thinking budget closed the reasoning block
+  law: Any = None  # faithful.ExactFiniteLaw of a sampling_law="exact-finite" request
+  law_node: int = 0  # the committed output's node in law.trie
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")

@@ -121,16 +121,23 @@ def attention_span(lengths, p: int, capacity: int) -> int | None:
   return None if need >= capacity else need
 
 
-def finish_step(logits, mask, states, enabled, prop, params, seed, position, *, vocab_size,
-                masked_q, drop_illegal=False):
+def finish_step(logits, mask, states, enabled, prop, params, seed, position, bias=None, *,
+                vocab_size, masked_q, drop_illegal=False):
   """Masked q (sampling drafters), then masked sampling + acceptance with the real q
   (`drop_illegal`: the wrong rule of `_masked_q.drop_illegal`, for the exactness study).
+
+  `bias` (f32[B, P, Vm] or None) is added to the logits first: lanes under another sampling
+  law (`faithful`) are verified against that law's p* with the same acceptance and residual
+  rule; zero rows leave a lane's logits unchanged, and None (no such lane) compiles the step
+  without it.
 
   Returns:
     (accepted i32[B], tokens i32[B, P], flags i32[B], n_drafts i32[B]) -- n_drafts after
     masked-q redraws.
   """
   drafts, n, q = prop.drafts, prop.n, prop.q
+  if bias is not None:
+    logits = logits + bias  # [B, P, Vm]
   if mask is not None and masked_q:
     q, drafts, n, states = _masked_q.apply(q, mask, enabled, states, drafts, n, seed, position,
                                            vocab_size)
@@ -198,9 +205,10 @@ def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
                                          prop.n, mask, states, enabled)
+  bias = io.bias(prop.drafts, prop.n)
   accepted, tokens, flags, n = io.device(
       finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
-      inp.draft.position, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
+      inp.draft.position, bias, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
       drop_illegal=st.drop_illegal)
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
   if drafter.on_device:
@@ -229,6 +237,9 @@ class HostSteps:
   def masks(self, drafts, n):
     mask, states, enabled = self.host.masks(drafts, n)
     return mask, np.asarray(states, np.int8), np.asarray(enabled, bool)
+
+  def bias(self, drafts, n):
+    return self.host.bias(drafts, n)
 
   def commit(self, accepted, tokens, flags, n):
     committed, poisoned = self.host.commit(accepted, tokens, flags, n)
@@ -329,6 +340,19 @@ class StagesIO:
       tl.add("upload", t0)
     return out
 
+  def bias(self, drafts, n):
+    """The sampling-law bias; None (nothing uploaded) when every lane samples the local law."""
+    if not self.steps.host.any_law():
+      return None
+    drafts, n = jax.device_get((drafts, n))
+    t0 = time.perf_counter()
+    out = self.steps.bias(drafts, n)
+    if self.timeline is not None:
+      self.timeline.add("bias", t0)
+    if self.placement is not None:
+      return self.placement.rows(out)
+    return jax.device_put(out)
+
   def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
     if not np.asarray(rows).any():
       return mask, states, enabled
@@ -370,6 +394,9 @@ class CallbackIO:
               jnp.zeros(shapes[2].shape, bool))
 
     return jax.lax.cond(constrained, fill, skip, drafts, n)
+
+  def bias(self, drafts, n):
+    return None  # the engine refuses other sampling laws on this bridge (submit)
 
   def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
     if auto is None:  # no trie lane when the loop started (none can join inside it)

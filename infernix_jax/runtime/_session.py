@@ -19,8 +19,9 @@ def check_request(request: GenerationRequest) -> None:
 
   Raises:
     FeatureConflictError: extra stop strings together with a constraint or tools (constrained
-      output ends through the grammar's own EOS rule).
-    ValueError: an invalid field (max_tokens, sampling, empty prompt).
+      output ends through the grammar's own EOS rule); sampling_law="exact-finite" without a
+      finite constraint, or with top_k / top_p / min_p / penalties / a thinking budget.
+    ValueError: an invalid field (max_tokens, sampling, sampling_law, empty prompt).
   """
   request.sampling.validate()
   if request.max_tokens < 1:
@@ -34,10 +35,40 @@ def check_request(request: GenerationRequest) -> None:
       isinstance(request.max_drafts, int) and request.max_drafts >= 0):
     raise ValueError(f"max_drafts={request.max_drafts!r} must be an int >= 0 or None")
   constrained = request.constraint is not None or request.tools is not None
+  _check_law(request)
   if constrained and request.stop:
     raise FeatureConflictError(
         "extra stop strings cannot be combined with an output constraint: a constrained "
         "output ends when the grammar accepts EOS; drop the stop strings or the constraint")
+
+
+def _check_law(request: GenerationRequest) -> None:
+  """The sampling law's own rules (`infernix_jax.faithful`)."""
+  from infernix_jax import faithful
+  law = request.sampling_law
+  if law not in faithful.LAWS:
+    raise ValueError(f"sampling_law={law!r} must be one of {', '.join(faithful.LAWS)}")
+  if law == "local":
+    return
+  if request.constraint is None or request.tools is not None:
+    raise FeatureConflictError(
+        f"sampling_law={law!r} needs a finite output constraint (a choice, an enum-only JSON "
+        f"Schema with max_whitespace=0, a bounded grammar) and no tools; got "
+        f"{'tools' if request.tools is not None else 'no constraint'}")
+  s = request.sampling
+  used = [name for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0),
+                                 ("presence_penalty", 0.0), ("frequency_penalty", 0.0))
+          if getattr(s, name) != off]
+  if used:
+    raise FeatureConflictError(
+        f"sampling_law={law!r} cannot be combined with {', '.join(used)}: truncation and "
+        f"penalties have no defined meaning under the whole-output law μ*; leave them at "
+        f"their defaults or use sampling_law='local'")
+  if request.thinking_budget is not None:
+    raise FeatureConflictError(
+        f"sampling_law={law!r} cannot be combined with thinking_budget: the law covers the "
+        f"constrained content only")
+  faithful.check_finite_kind(request.constraint)
 
 
 def build_session(request: GenerationRequest, compiler: Any):

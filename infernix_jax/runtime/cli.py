@@ -59,6 +59,11 @@ flags.DEFINE_integer("seed", 0, "Sampling seed.")
 flags.DEFINE_float("presence-penalty", 0.0, "Subtracted once from each token already output.")
 flags.DEFINE_float("frequency-penalty", 0.0, "Subtracted per occurrence in the output.")
 flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
+flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite"],
+                  "local: the target renormalized over the legal tokens at each position; "
+                  "exact-finite: p(y) restricted to the constraint's whole outputs (a finite "
+                  "constraint: choice, enum-only JSON Schema, bounded grammar; greedy = the most "
+                  "probable output summed over its tokenizations).")
 flags.DEFINE_integer("thinking-budget", None, "Reasoning tokens allowed before the engine "
                      "closes the thinking block itself (Qwen thinking prompts; default: none).")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")
@@ -313,6 +318,16 @@ def _prepare():
       except ic.ConstraintError as e:
         raise UsageError(f"{_constraint_option()}: {e}") from None
       dropped = compiled.dropped
+  if f["sampling-law"].value != "local":
+    from infernix_jax.runtime._session import check_request
+    from infernix_jax.runtime.types import GenerationRequest
+    try:
+      check_request(GenerationRequest([0], max_tokens=1, sampling=_sampling(),
+                                      constraint=constraint, tools=tools,
+                                      thinking_budget=f["thinking-budget"].value,
+                                      sampling_law=f["sampling-law"].value))
+    except ValueError as e:
+      raise UsageError(f"--sampling-law: {e}") from None
   for pointer, keyword in dropped:
     print(f"--lenient: dropped {keyword!r} (at {pointer or '/'}); the output need not satisfy "
           f"it", file=sys.stderr)
@@ -400,7 +415,8 @@ def generate() -> dict:
                               tools=tools, tool_choice=f["tool-choice"].value if tools else None,
                               stop=tuple(f.stop or ()), on_token=stream,
                               thinking_budget=f["thinking-budget"].value,
-                              backend=None if f.backend == "auto" else f.backend)
+                              backend=None if f.backend == "auto" else f.backend,
+                              sampling_law=f["sampling-law"].value)
   result = engine.generate([request])[0]
   if f.stream:
     sys.stdout.write("\n")

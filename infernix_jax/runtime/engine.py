@@ -95,6 +95,8 @@ class Engine:
                        dtype=self.cfg.jnp_dtype)
     self.device_automaton = device_automaton
     self.host = RoundHost(lanes, self.drafter, vocab, spec, device_automaton=device_automaton)
+    self.host.vm = self.cfg.vocab_size
+    self._laws = None  # faithful.LawCache, created by the first non-local request
     dparams, dstate = self._place.drafter(
         *(self.drafter.init(spec) if self.drafter.on_device else (None, None)))
     self._dparams = dparams
@@ -132,10 +134,37 @@ class Engine:
       raise ValueError(f"prompt token ids {bad[:5]} are outside the model vocabulary")
     session, report = build_session(request, self.compiler) if (
         request.constraint is not None or request.tools is not None) else (None, None)
+    law = self._law(request, session, report) if request.sampling_law != "local" else None
     lane = Lane(request=request, session=session, report=report, vocab=self.vocab,
-                tracker=_thinking.tracker_for(request, session, self.vocab))
+                tracker=_thinking.tracker_for(request, session, self.vocab), law=law)
     self.host.waiting.append(lane)
     return request.request_id
+
+  def _law(self, request: GenerationRequest, session, report):
+    """The exact-finite law of a request (target forwards over its token trie, cached).
+
+    Raises:
+      FeatureConflictError: the callback bridge, or a framed (thinking) output.
+      LanguageTooLargeError: the language exceeds the trie's budgets.
+    """
+    from infernix_jax import faithful
+    from infernix_jax.constrain.errors import FeatureConflictError
+    if self.bridge != "stages":
+      raise FeatureConflictError(
+          f"sampling_law={request.sampling_law!r} needs the engine's stages bridge (got "
+          f"bridge={self.bridge!r}): the callback loop uploads no sampling-law bias")
+    if hasattr(session, "in_reasoning"):
+      raise FeatureConflictError(
+          f"sampling_law={request.sampling_law!r} needs a plain content constraint: this "
+          f"prompt opens a thinking block, so the output is framed")
+    if self._laws is None:
+      self._laws = faithful.LawCache()
+    law, seconds = self._laws.get(request, self.compiler, self.graphdef, self.state, self.cfg)
+    report.law_trie_nodes = law.trie.size
+    if seconds:
+      report.law_forwards, report.law_tokens = law.cost.forwards, law.cost.tokens
+      report.law_seconds = seconds
+    return law
 
   def cancel(self, request_id: str) -> bool:
     """Cancels a queued or running request (it commits nothing afterwards)."""

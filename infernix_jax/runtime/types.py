@@ -86,6 +86,10 @@ class GenerationRequest:
   # The most drafts one round may take for this request (0 = ordinary decoding); None = the
   # engine's K. Lowering it never changes the output law, only the accepted length.
   max_drafts: int | None = None
+  # The output law: "local" samples the target renormalized over the legal tokens at each
+  # position (μ_proj); "exact-finite" samples μ*(y) ∝ p(y)·[y ∈ L] over whole outputs of a
+  # finite constraint (`infernix_jax.faithful`; greedy = the most probable member).
+  sampling_law: str = "local"
 
   def __post_init__(self):
     if not self.request_id:
@@ -127,6 +131,11 @@ class ConstraintReport:
   lookahead_seconds: float = 0.0  # lookahead + mask filling + masked-q redraws
   accept_seconds: float = 0.0  # preview + commit / discard
   jump_forward_tokens: int = 0  # drafts proposed by grammar jump-forward
+  # sampling_law="exact-finite": the token trie and the target forwards that computed Φ
+  law_trie_nodes: int = 0
+  law_forwards: int = 0
+  law_tokens: int = 0
+  law_seconds: float = 0.0  # trie walk + forwards (0 when the engine's law cache hit)
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)

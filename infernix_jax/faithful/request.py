@@ -1,0 +1,52 @@
+"""The exact-finite law of one engine request, with a small cache across identical requests."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+from infernix_jax.faithful.law import ExactFiniteLaw
+from infernix_jax.faithful.trie import DEFAULT_MAX_DEPTH, DEFAULT_MAX_NODES, build
+
+
+class LawCache:
+  """Laws by (compiled constraint, prompt, temperature); least recently used evicted.
+
+  Args:
+    size: laws kept.
+    max_nodes, max_depth: the token trie's budgets (`faithful.trie.build`).
+  """
+
+  def __init__(self, size: int = 32, *, max_nodes: int = DEFAULT_MAX_NODES,
+               max_depth: int = DEFAULT_MAX_DEPTH):
+    self.size, self.max_nodes, self.max_depth = size, max_nodes, max_depth
+    self._laws: collections.OrderedDict = collections.OrderedDict()
+
+  def get(self, request: Any, compiler: Any, graphdef: Any, state: Any,
+          cfg: Any) -> tuple[ExactFiniteLaw, float]:
+    """The request's law -> (law, seconds spent now: 0 on a cache hit).
+
+    Raises:
+      ConstraintError: the constraint is invalid, or its language too large
+        (`LanguageTooLargeError`) or of probability 0.
+    """
+    t0 = time.perf_counter()
+    compiled = compiler.compile(request.constraint, backend=request.backend)
+    t = float(request.sampling.temperature)
+    key = (compiled.key, tuple(request.prompt_ids), t > 0 and t)
+    law = self._laws.get(key)
+    if law is not None:
+      self._laws.move_to_end(key)
+      return law, 0.0
+    kind = str(getattr(request.constraint.kind, "value", request.constraint.kind))
+    source = str(request.constraint.source)
+    name = f"the {kind} constraint {source[:60]!r}{'...' if len(source) > 60 else ''}"
+    trie = build(compiled.new_session(), compiler.vocab, max_nodes=self.max_nodes,
+                 max_depth=self.max_depth, name=name)
+    law = ExactFiniteLaw.compute(graphdef, state, cfg, request.prompt_ids, trie,
+                                 compiler.vocab, t)
+    self._laws[key] = law
+    while len(self._laws) > self.size:
+      self._laws.popitem(last=False)
+    return law, time.perf_counter() - t0
