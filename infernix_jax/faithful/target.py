@@ -83,9 +83,13 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
   eos_ids = np.asarray(trie.eos_ids, np.int64)
 
   @jax.jit
-  def scores(logits):  # [R, P, Vm] -> log-softmax over the V real ids
+  def scores(logits, idx):  # [R, P, Vm], [R, P, C] -> log-softmax at idx over the V real ids
     z = logits[..., :vocab_size].astype(jnp.float32) / temperature
-    return jax.nn.log_softmax(z, axis=-1)
+    return jnp.take_along_axis(jax.nn.log_softmax(z, axis=-1), idx, axis=-1)
+
+  # Only the children's and EOS probabilities of each node come back: C ids per position.
+  n_eos = len(eos_ids)
+  c = _pow2(max(len(k) for k in trie.children) + n_eos)
 
   edge = np.zeros(trie.size, np.float64)
   eos = np.full(trie.size, -np.inf, np.float64)
@@ -95,15 +99,23 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
     r = _pow2(len(chunk))
     tokens = np.zeros((r, width), np.int32)  # [R, P]
     tokens[:, 0] = prompt[-1]
+    idx = np.zeros((r, width, c), np.int32)  # [R, P, C]: each node's children, then EOS ids
     paths = []
     for i, leaf in enumerate(chunk):
       path = trie.path(int(leaf))
       tokens[i, 1:len(path) + 1] = path
       paths.append(path)
+      node = 0
+      for j in range(len(path) + 1):
+        kids = list(trie.children[node])
+        idx[i, j, :len(kids)] = kids
+        idx[i, j, len(kids):len(kids) + n_eos] = eos_ids
+        if j < len(path):
+          node = trie.children[node][path[j]]
     rows = jax.tree_util.tree_map(lambda x: jnp.repeat(x, r, axis=0) if x.ndim == 1 else
                                   jnp.repeat(x, r, axis=1), cache)
     logits, _, _ = im.verify(graphdef, state, rows, jnp.asarray(tokens))
-    logp = np.asarray(scores(logits), np.float64)  # [R, P, V]
+    logp = np.asarray(scores(logits, jnp.asarray(idx)), np.float64)  # [R, P, C]
     cost.forwards += 1
     cost.tokens += r * width
     for i, path in enumerate(paths):
@@ -111,10 +123,11 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
       for j in range(len(path) + 1):
         if not done[node]:
           done[node] = True
-          for t, child in trie.children[node].items():
-            edge[child] = logp[i, j, t]
-          if trie.member[node] and len(eos_ids):
-            eos[node] = np.logaddexp.reduce(logp[i, j, eos_ids])
+          kids = trie.children[node]
+          for m, child in enumerate(kids.values()):
+            edge[child] = logp[i, j, m]
+          if trie.member[node] and n_eos:
+            eos[node] = np.logaddexp.reduce(logp[i, j, len(kids):len(kids) + n_eos])
         if j < len(path):
           node = trie.children[node][path[j]]
   cost.seconds = time.perf_counter() - t0
