@@ -14,7 +14,7 @@ from infernix_jax.runtime import drafters
 from infernix_jax.runtime.engine import Engine
 from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
 from infernix_jax.testing import exact_oracle as h
-from tests.faithful.test_exact_finite import CHOICES, PROMPT, SPEC, oracle
+from tests.faithful.test_exact_finite import CHOICES, DYCK, DYCK_WORDS, PROMPT, SPEC, oracle
 
 K = 3
 LANES = 32
@@ -23,14 +23,15 @@ MAX_TOKENS = 5  # the longest member tokenization is 4 tokens, + EOS
 
 
 @functools.lru_cache(maxsize=None)
-def engine(name: str, bridge: str = "stages") -> Engine:
+def engine(name: str, bridge: str = "stages", device_automaton: bool = False) -> Engine:
   cfg, model = h.tiny_model()
   base, sampling = name.removesuffix("/sampling"), name.endswith("/sampling")
   jump, base = base.startswith("jump+"), base.removeprefix("jump+")
   drafter = drafters.create(base, k=K, target=(cfg, model), draft_model=h.tiny_model(seed=1),
                             ngram_n=2, weights="random", jump_forward=jump,
                             draft_sampling=sampling) if name != "none" else None
-  return Engine(model, h.toy_vocab(), drafter, lanes=LANES, capacity=32, bridge=bridge)
+  return Engine(model, h.toy_vocab(), drafter, lanes=LANES, capacity=32, bridge=bridge,
+                device_automaton=device_automaton)
 
 
 def requests(n, law="exact-finite", temperature=1.0, **kw):
@@ -57,6 +58,26 @@ def test_engine_samples_follow_mu_star(name):
     assert sum(r.drafted for r in results) > 0  # drafts really were verified against p*
   report = results[0].constraint
   assert report.law_trie_nodes > 0
+
+
+def test_device_automaton_lanes_follow_mu_star():
+  """Trie lanes whose masks come from the device automaton get the same host bias."""
+  want, _ = oracle()
+  reqs = requests(N, backend="trie")
+  results = outputs(engine("jump+ngram", device_automaton=True), reqs)
+  assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
+
+
+def test_bounded_dyck_grammar_follows_mu_star():
+  """A context-free (bounded) language through the engine: μ* over its 13 members."""
+  want, _ = oracle(1.0, DYCK_WORDS)
+  reqs = [GenerationRequest(PROMPT, max_tokens=13, sampling_law="exact-finite",
+                            constraint=ic.OutputConstraint.grammar(DYCK),
+                            sampling=SamplingOptions(temperature=1.0, seed=s)) for s in range(N)]
+  eng = Engine(h.tiny_model()[1], h.toy_vocab(), engine("jump+ngram").drafter, lanes=LANES,
+               capacity=32)
+  results = outputs(eng, reqs)
+  assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
 
 
 def test_local_lanes_keep_the_local_law_in_a_mixed_batch():

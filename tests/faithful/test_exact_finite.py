@@ -52,11 +52,12 @@ def brute_members(strings) -> set[tuple[int, ...]]:
 
 
 @functools.lru_cache(maxsize=None)
-def oracle(temperature: float = 1.0):
-  """FP64: p(· | prefix) at every prefix of every member, then μ* and Φ by direct sums."""
+def oracle(temperature: float = 1.0, strings: tuple[bytes, ...] = CHOICES):
+  """FP64: p(· | prefix) at every prefix of every member of `strings`, then μ* and Φ by
+  direct sums."""
   cfg, model = h.tiny_model()
   vocab = h.toy_vocab()
-  members = sorted(brute_members(set(CHOICES)))
+  members = sorted(brute_members(set(strings)))
   prefixes = sorted({m[:i] for m in members for i in range(len(m) + 1)})
   logits = h.full_logits(cfg, model, [list(PROMPT) + list(p) for p in prefixes])
   probs = {}
@@ -142,13 +143,15 @@ def test_json_enum_needs_compact_whitespace(backend):
   assert set(map(tuple, trie.members())) == brute_members({b"1", b"2", b"12", b"21"})
 
 
+DYCK = 'root ::= (p p?)?\np ::= "{" q "}"\nq ::= ("{}" "{}"?)?'
+DYCK_WORDS = tuple(sorted({b""} | {b"{" + q + b"}" for q in (b"", b"{}", b"{}{}")} | {
+    b"{" + a + b"}{" + b + b"}" for a in (b"", b"{}", b"{}{}") for b in (b"", b"{}", b"{}{}")}))
+
+
 def test_bounded_dyck_grammar():
   """Balanced braces of depth <= 2, at most two top-level pairs."""
-  gbnf = 'root ::= (p p?)?\np ::= "{" q "}"\nq ::= ("{}" "{}"?)?'
-  trie = trie_of(ic.OutputConstraint.grammar(gbnf))
-  inner = [b"", b"{}", b"{}{}"]
-  pairs = [b"{" + q + b"}" for q in inner]
-  want = {b""} | set(pairs) | {a + b for a in pairs for b in pairs}
+  trie = trie_of(ic.OutputConstraint.grammar(DYCK))
+  want = set(DYCK_WORDS)
   vocab = h.toy_vocab()
   assert {vocab.decode(m) for m in trie.members()} == want
   assert set(map(tuple, trie.members())) == brute_members(want)
