@@ -14,7 +14,7 @@ from infernix_jax.faithful.trie import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NODES,
                                         check_finite_kind)
 
 __all__ = [
-    "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_NODES", "ExactFiniteLaw", "ForwardCost", "GREEDY_BLOCK",
-    "LAWS", "LanguageTooLargeError", "LawCache", "TokenTrie", "build", "check_finite_kind", "log_phi",
-    "node_logprobs",
+    "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_NODES", "GREEDY_BLOCK", "LAWS", "ExactFiniteLaw",
+    "ForwardCost", "LanguageTooLargeError", "LawCache", "TokenTrie", "build",
+    "check_finite_kind", "log_phi", "node_logprobs",
 ]

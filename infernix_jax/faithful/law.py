@@ -45,7 +45,7 @@ class ExactFiniteLaw:
 
   @classmethod
   def compute(cls, graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
-              vocab: Any, temperature: float) -> "ExactFiniteLaw":
+              vocab: Any, temperature: float) -> ExactFiniteLaw:
     """Runs the target over the trie and builds the law (T = 0 builds greedy's law at T = 1).
 
     Raises:

@@ -112,8 +112,9 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
         idx[i, j, len(kids):len(kids) + n_eos] = eos_ids
         if j < len(path):
           node = trie.children[node][path[j]]
-    rows = jax.tree_util.tree_map(lambda x: jnp.repeat(x, r, axis=0) if x.ndim == 1 else
-                                  jnp.repeat(x, r, axis=1), cache)
+    # [L, R, S, G, H] keys/values and i32[R] lengths: the prompt's cache row, R times
+    rows = jax.tree_util.tree_map(
+        lambda x, r=r: jnp.repeat(x, r, axis=0 if x.ndim == 1 else 1), cache)
     logits, _, _ = im.verify(graphdef, state, rows, jnp.asarray(tokens))
     logp = np.asarray(scores(logits, jnp.asarray(idx)), np.float64)  # [R, P, C]
     cost.forwards += 1

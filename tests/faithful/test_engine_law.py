@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import pytest
 
 from infernix_jax import constrain as ic
@@ -104,7 +103,7 @@ def test_local_law_is_bit_identical_without_law_lanes():
   before = eng.host.stats["bias_bytes_uploaded"]
   a = outputs(eng, requests(64, law="local"))
   assert eng.host.stats["bias_bytes_uploaded"] == before
-  cfg, model = h.tiny_model()
+  _, model = h.tiny_model()
   b = outputs(Engine(model, h.toy_vocab(), eng.drafter, lanes=LANES, capacity=32),
               requests(64, law="local"))
   assert [r.token_ids for r in a] == [r.token_ids for r in b]
