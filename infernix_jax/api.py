@@ -290,7 +290,8 @@ class LLM:
       sampling_law: "local" (the target renormalized over the legal tokens at each position)
         or "exact-finite" (p(y) restricted to the constraint's whole outputs, for a finite
         constraint; greedy = the most probable output summed over its tokenizations;
-        `infernix_jax.faithful`).
+        `infernix_jax.faithful`), or "onestep" (each token weighted by the legal mass one
+        step after it, an estimate of exact-finite; finite constraints only for now).
 
     Raises:
       RequestError: an invalid parameter (its name in `.param`, the location inside it in the

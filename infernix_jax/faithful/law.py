@@ -16,7 +16,7 @@ import numpy as np
 from infernix_jax.faithful import target as _target
 from infernix_jax.faithful.trie import TokenTrie
 
-LAWS = ("local", "exact-finite")  # GenerationRequest.sampling_law values
+LAWS = ("local", "exact-finite", "onestep")  # GenerationRequest.sampling_law values
 # A legal token a greedy lane must not take gets this bias: finite (never flagged non-finite),
 # far below any real logit.
 GREEDY_BLOCK = -1e30
@@ -32,7 +32,10 @@ class ExactFiniteLaw:
     edge: f64[N] log p(token[node] | parent); eos: f64[N] log p(EOS | node) (-inf off members).
     log_phi: f64[N] log Φ(node).
     cost: the target forwards that computed them (faithful.target.ForwardCost).
-    greedy_path: the most probable tokenization of the most probable member (EOS excluded).
+    greedy_path: the most probable tokenization of the most probable member (EOS excluded);
+      under `one_step`, the law's own token-by-token argmax.
+    one_step: log_phi holds the one-step estimate Φ̂(y) = the legal mass of p(· | y) (with
+      EOS at a member) instead of the exact Φ (`onestep`).
   """
 
   trie: TokenTrie
@@ -42,6 +45,7 @@ class ExactFiniteLaw:
   log_phi: np.ndarray
   cost: Any
   greedy_path: tuple[int, ...] = ()
+  one_step: bool = False
 
   @classmethod
   def compute(cls, graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
@@ -63,6 +67,34 @@ class ExactFiniteLaw:
     law.greedy_path = law._greedy(vocab)
     return law
 
+  def onestep(self) -> "ExactFiniteLaw":
+    """The same trie under the one-step estimate Φ̂(y t) = Σ_{u legal after y t} p(u | y t):
+    p̂*(t | y) ∝ p(t | y)·Φ̂(y t). On a finite trie it costs nothing beyond the exact law's
+    forwards (the legal mass at each node is already there); it exists to measure the
+    estimate against μ*. Greedy: the token-by-token argmax of p̂*."""
+    acc = self.eos.copy()
+    idx = np.arange(1, self.trie.size)
+    np.logaddexp.at(acc, self.trie.parent[idx], self.edge[idx])
+    law = dataclasses.replace(self, log_phi=acc, one_step=True)
+    node, path = 0, []
+    while True:
+      tokens, lp, lp_eos = law.next_logprobs(node)
+      if not len(tokens) or lp_eos >= lp.max():
+        break
+      path.append(int(tokens[int(np.argmax(lp))]))
+      node = self.trie.children[node][path[-1]]
+    law.greedy_path = tuple(path)
+    return law
+
+  def _base(self, node: int) -> float:
+    """log Σ_t p(t | node)·Φ(child_t) + p(EOS | node): log Φ(node) for the exact Φ; the
+    normalizer of p* for an estimate."""
+    if not self.one_step:
+      return float(self.log_phi[node])
+    kids = np.fromiter(self.trie.children[node].values(), np.int64)
+    return float(np.logaddexp.reduce(np.append(self.edge[kids] + self.log_phi[kids],
+                                               self.eos[node])))
+
   # --- the law -------------------------------------------------------------------------------
   def path_logp(self) -> np.ndarray:
     """f64[N] log p(path to node) (product of edge probabilities from the root)."""
@@ -73,8 +105,17 @@ class ExactFiniteLaw:
     return out
 
   def distribution(self) -> dict[tuple[int, ...], float]:
-    """μ* over member token sequences (EOS excluded): p(y)·p(EOS | y) / Φ(root)."""
-    lp = self.path_logp() + self.eos - self.log_phi[0]
+    """The law over member token sequences (EOS excluded), as the product of its steps
+    (μ* = p(y)·p(EOS | y) / Φ(root) for the exact Φ)."""
+    base = np.asarray([self._base(i) for i in range(self.trie.size)])
+    step = np.zeros(self.trie.size)
+    idx = np.arange(1, self.trie.size)
+    step[idx] = self.edge[idx] + self.log_phi[idx] - base[self.trie.parent[idx]]
+    lp = np.zeros(self.trie.size)
+    for d in range(1, int(self.trie.depth.max(initial=0)) + 1):
+      at = np.flatnonzero(self.trie.depth == d)
+      lp[at] = lp[self.trie.parent[at]] + step[at]
+    lp += self.eos - base
     return {tuple(self.trie.path(int(i))): float(np.exp(lp[i]))
             for i in np.flatnonzero(self.trie.member)}
 
@@ -83,7 +124,7 @@ class ExactFiniteLaw:
     kids = self.trie.children[node]
     tokens = np.fromiter(kids.keys(), np.int32, len(kids))
     nodes = np.fromiter(kids.values(), np.int64, len(kids))
-    base = self.log_phi[node]
+    base = self._base(node)
     return tokens, self.edge[nodes] + self.log_phi[nodes] - base, float(self.eos[node] - base)
 
   def sample(self, rng: np.random.Generator) -> tuple[int, ...]:
@@ -126,7 +167,7 @@ class ExactFiniteLaw:
       return
     kids = self.trie.children[node]
     if temperature > 0:
-      base = self.log_phi[node]
+      base = self._base(node)
       for t, child in kids.items():
         out[t] = temperature * (self.log_phi[child] - base)
       if self.trie.member[node]:

@@ -34,7 +34,7 @@ class LawCache:
     t0 = time.perf_counter()
     compiled = compiler.compile(request.constraint, backend=request.backend)
     t = float(request.sampling.temperature)
-    key = (compiled.key, tuple(request.prompt_ids), t > 0 and t)
+    key = (compiled.key, tuple(request.prompt_ids), t > 0 and t, request.sampling_law)
     law = self._laws.get(key)
     if law is not None:
       self._laws.move_to_end(key)
@@ -46,6 +46,8 @@ class LawCache:
                  max_depth=self.max_depth, name=name)
     law = ExactFiniteLaw.compute(graphdef, state, cfg, request.prompt_ids, trie,
                                  compiler.vocab, t)
+    if request.sampling_law == "onestep":
+      law = law.onestep()
     self._laws[key] = law
     while len(self._laws) > self.size:
       self._laws.popitem(last=False)

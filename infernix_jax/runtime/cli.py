@@ -59,11 +59,13 @@ flags.DEFINE_integer("seed", 0, "Sampling seed.")
 flags.DEFINE_float("presence-penalty", 0.0, "Subtracted once from each token already output.")
 flags.DEFINE_float("frequency-penalty", 0.0, "Subtracted per occurrence in the output.")
 flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
-flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite"],
+flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite", "onestep"],
                   "local: the target renormalized over the legal tokens at each position; "
                   "exact-finite: p(y) restricted to the constraint's whole outputs (a finite "
                   "constraint: choice, enum-only JSON Schema, bounded grammar; greedy = the most "
-                  "probable output summed over its tokenizations).")
+                  "probable output summed over its tokenizations); onestep: each token weighted "
+                  "by the legal mass one step after it (an estimate of exact-finite; finite "
+                  "constraints only for now).")
 flags.DEFINE_integer("thinking-budget", None, "Reasoning tokens allowed before the engine "
                      "closes the thinking block itself (Qwen thinking prompts; default: none).")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")

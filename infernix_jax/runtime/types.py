@@ -88,7 +88,8 @@ class GenerationRequest:
   max_drafts: int | None = None
   # The output law: "local" samples the target renormalized over the legal tokens at each
   # position (μ_proj); "exact-finite" samples μ*(y) ∝ p(y)·[y ∈ L] over whole outputs of a
-  # finite constraint (`infernix_jax.faithful`; greedy = the most probable member).
+  # finite constraint (`infernix_jax.faithful`; greedy = the most probable member);
+  # "onestep" weights each token by the legal mass one step after it (an estimate of μ*).
   sampling_law: str = "local"
 
   def __post_init__(self):

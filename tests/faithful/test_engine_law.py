@@ -13,7 +13,8 @@ from infernix_jax.runtime import drafters
 from infernix_jax.runtime.engine import Engine
 from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
 from infernix_jax.testing import exact_oracle as h
-from tests.faithful.test_exact_finite import CHOICES, DYCK, DYCK_WORDS, PROMPT, SPEC, oracle
+from tests.faithful.test_exact_finite import (CHOICES, DYCK, DYCK_WORDS, PROMPT, SPEC,
+                                              onestep_oracle, oracle)
 
 K = 3
 LANES = 32
@@ -57,6 +58,13 @@ def test_engine_samples_follow_mu_star(name):
     assert sum(r.drafted for r in results) > 0  # drafts really were verified against p*
   report = results[0].constraint
   assert report.law_trie_nodes > 0
+
+
+def test_onestep_law_through_the_engine():
+  """sampling_law="onestep" (finite constraint): samples follow its FP64 oracle."""
+  want = onestep_oracle()
+  results = outputs(engine("jump+ngram"), requests(N, law="onestep"))
+  assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
 
 
 def test_device_automaton_lanes_follow_mu_star():

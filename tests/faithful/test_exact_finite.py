@@ -72,6 +72,41 @@ def oracle(temperature: float = 1.0, strings: tuple[bytes, ...] = CHOICES):
   return {m: v / z for m, v in joint.items()}, phi
 
 
+@functools.cache
+def onestep_oracle(strings: tuple[bytes, ...] = CHOICES):
+  """FP64 onestep law: p̂*(t | y) ∝ p(t | y)·Σ_{u legal after y t} p(u | y t), EOS weight
+  p(EOS | y); legal sets from the brute-force members."""
+  cfg, model = h.tiny_model()
+  vocab = h.toy_vocab()
+  members = set(brute_members(set(strings)))
+  prefixes = sorted({m[:i] for m in members for i in range(len(m) + 1)})
+  logits = h.full_logits(cfg, model, [list(PROMPT) + list(p) for p in prefixes])
+  probs = {}
+  for pre, z in zip(prefixes, logits):
+    z = z[:vocab.size]
+    e = np.exp(z - z.max())
+    probs[pre] = e / e.sum()
+  pset = set(prefixes)
+  kids = {pre: [t for t in range(1, vocab.size) if pre + (t,) in pset] for pre in prefixes}
+  mass = {pre: sum(probs[pre][t] for t in kids[pre]) + (probs[pre][0] if pre in members else 0)
+          for pre in prefixes}
+
+  def step(pre):  # (token or 0 for EOS) -> probability under the onestep law
+    w = {t: probs[pre][t] * mass[pre + (t,)] for t in kids[pre]}
+    if pre in members:
+      w[0] = probs[pre][0]
+    z = sum(w.values())
+    return {t: v / z for t, v in w.items()}
+
+  out = {}
+  for m in members:
+    pr = 1.0
+    for i in range(len(m)):
+      pr *= step(m[:i])[m[i]]
+    out[m] = pr * step(m)[0]
+  return out
+
+
 @functools.lru_cache(maxsize=None)
 def law(temperature: float = 1.0):
   cfg, model = h.tiny_model()
@@ -115,6 +150,17 @@ def test_samples_follow_mu_star_and_not_the_local_projection():
   samples = [law().sample(rng) for _ in range(4000)]
   assert h.chi_square_pvalue(want_mu, samples) > 1e-3
   assert h.chi_square_pvalue(local, samples) < 1e-6
+
+
+def test_onestep_law_matches_fp64():
+  """The one-step estimate's law equals its FP64 oracle, and differs from μ* here."""
+  want = onestep_oracle()
+  got = law().onestep().distribution()
+  assert set(got) == set(want)
+  for m, v in want.items():
+    assert got[m] == pytest.approx(v, rel=1e-4, abs=1e-9)
+  mu, _ = oracle()
+  assert 0.5 * sum(abs(mu[m] - want[m]) for m in mu) > 1e-3
 
 
 def test_greedy_is_the_member_level_argmax():
