@@ -7,9 +7,11 @@ of the local law to μ*, exact-finite's engine samples, its cost and accepted le
 
 import ml_collections
 
-# Balanced parentheses, depth <= 2, one to three top-level pairs, each holding up to two pairs:
-# 39 strings (every tokenization of each is a member of the token trie).
-DYCK = 'root ::= ("(" inner ")"){1,3}\ninner ::= ("(" ")"){0,2}'
+# Balanced brackets, depth <= 2. On SmolLM2's vocabulary every tokenization counts: DYCK is
+# 12 strings, 780 token sequences (1,400 trie nodes); DYCK_BRACKETS 42 strings, 831 sequences
+# (1,530 nodes); DYCK_SMALL 6 strings, 92 sequences (163 nodes).
+DYCK = 'root ::= ("(" inner ")"){1,2}\ninner ::= ("(" ")"){0,2}'
+DYCK_BRACKETS = 'root ::= ("(" inner ")" | "[" inner "]"){1,2}\ninner ::= ("(" ")" | "[" "]"){0,1}'
 DYCK_SMALL = 'root ::= ("(" inner ")"){1,2}\ninner ::= ("(" ")"){0,1}'
 
 
@@ -25,17 +27,19 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.lanes = 8
   c.temperature = 1.0
   c.samples = 200
-  c.max_tokens = 24
+  c.max_tokens = 16
   c.max_nodes = 200_000
   c.seed = 0
   c.publish_dir = "docs/results/faithful"
   c.grid = ml_collections.ConfigDict()
+  c.grid.grammar = (DYCK, DYCK_BRACKETS)
   c.grid.prompt = ("Write a short sequence of balanced parentheses.",
-                   "Write a deeply nested sequence of parentheses.")
+                   "Write a deeply nested sequence of brackets.")
   if variant == "smoke":
     c.grammar = DYCK_SMALL
-    c.samples = 16
+    c.samples = 8
     c.max_tokens = 10
+    c.grid = ml_collections.ConfigDict()
     c.grid.prompt = ("Write a short sequence of balanced parentheses.",)
     c.publish_dir = ""
   elif variant:
