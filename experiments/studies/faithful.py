@@ -218,9 +218,12 @@ def summarize(records, c, out: Path) -> str:
                              for t in r["top"]], "lrr"), ""]
     gaps = [(r["tv_exact"], r["tv_onestep"]) for r in meas if r["tv_exact"] > 0]
     if gaps:
-      cut = np.mean([1 - o / e for e, o in gaps])
-      parts += [f"Across the cells, onestep cuts the local law's exact distance to μ* by "
-                f"{100 * cut:.0f}% on average; exact-finite's distance is sampling noise.", ""]
+      cut = float(np.mean([1 - o / e for e, o in gaps]))
+      verb = "cuts" if cut >= 0 else "raises"
+      parts += [f"Across the cells, onestep {verb} the local law's exact distance to μ* by "
+                f"{abs(100 * cut):.0f}% on average (cell by cell: "
+                + ", ".join(f"{e:.3f} -> {o:.3f}" for e, o in gaps)
+                + "); exact-finite's empirical distance is at the sampling-noise floor.", ""]
   parts += [f"The paper's numbers: {PAPER} Ours differ in model (SmolLM2-135M, not Qwen3-8B), "
             "in the languages (small bounded Dyck grammars whose every tokenization is "
             "enumerated) and in method: here μ* is exact, from one pass of the target over the "
