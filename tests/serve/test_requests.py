@@ -31,6 +31,7 @@ def test_sampling_and_constraints_are_translated():
                            ("grammar", 'root ::= "a"', {"grammar": 'root ::= "a"'})):
     assert chat(structured_outputs={key: value}).options == want
   assert chat(max_completion_tokens=9).options == {"max_tokens": 9}
+  assert chat(sampling_law="exact-finite").options == {"sampling_law": "exact-finite"}
   assert chat(response_format=fmt).field("json_schema") == "response_format.json_schema.schema"
   assert chat(structured_outputs={"json": schema}).field("json_schema") == (
       "structured_outputs.json")
@@ -100,6 +101,7 @@ def test_speculative_options():
     ({"messages": MSG, "speculative": {"k": 9}}, "speculative.k"),
     ({"messages": MSG, "speculative": {"depth": 2}}, "speculative.depth"),
     ({"messages": MSG, "unknown_field": 1}, "unknown_field"),
+    ({"messages": MSG, "sampling_law": 1}, "sampling_law"),
     ([1, 2], "body"),
 ])
 def test_errors_name_the_field(body, param):

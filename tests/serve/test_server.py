@@ -220,6 +220,8 @@ BAD = [
     ({"n": 3}, "n"),
     ({"frobnicate": 1}, "frobnicate"),
     ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs.choice"),
+    ({"sampling_law": "exact-finite"}, "sampling_law"),  # needs a finite constraint
+    ({"sampling_law": "exact", "structured_outputs": {"choice": ["a"]}}, "sampling_law"),
 ]
 
 
@@ -258,6 +260,19 @@ def test_text_completions(client):
       model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0,
       stream=True) if c.choices)
   assert streamed == out.choices[0].text
+
+
+def test_exact_finite_sampling_law(client):
+  """sampling_law rides as an extra parameter: a finite constraint sampled from μ*; the
+  usage's constraint report holds the law's cost."""
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=8, temperature=1.0, seed=3,
+      messages=[{"role": "user", "content": "Pick a fruit"}],
+      extra_body={"structured_outputs": {"choice": ["apple", "banana", "cherry"]},
+                  "sampling_law": "exact-finite"})
+  assert out.choices[0].message.content in ("apple", "banana", "cherry")
+  report = out.usage.model_extra["constraint"]
+  assert report["law_trie_nodes"] > 0 and report["law_forwards"] > 0
 
 
 def test_speculative_options_cap_the_drafts(client):
