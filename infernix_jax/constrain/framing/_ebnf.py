@@ -90,61 +90,53 @@ def rename_rules(ebnf: str, prefix: str) -> str:
   return "".join(out)
 
 
+def _prefix_automaton(name: str, text: str, heads) -> str:
+  """One rule per matched-prefix state of a KMP automaton over ``text``, whose first character
+  occurs nowhere else in it: a mismatch falls back to state 1 on that character and to state
+  0 on any other. ``heads(k, ch, next_state)`` gives state k's own alternatives (next_state is
+  None in the last state); the fallbacks follow them."""
+  first = text[0]
+  states = [name] + [f"{name}_s{k}" for k in range(1, len(text))]
+  lines = []
+  for k, ch in enumerate(text):
+    alts = heads(k, ch, states[k + 1] if k + 1 < len(text) else None)
+    if k > 0:
+      alts.append(f"{lit(first)} {states[1]}")
+      excl = char_class_escape(first) + char_class_escape(ch)
+    else:
+      excl = char_class_escape(first)
+    alts.append(f"[^{excl}] {states[0]}")
+    lines.append(f"{states[k]} ::= " + " | ".join(f"({a})" for a in alts))
+  return "\n".join(lines)
+
+
 def until_delimiter_rules(name: str, delimiter: str) -> str:
   """Rules ``name`` matching ``S + delimiter`` where S does not contain ``delimiter``.
 
-  A KMP automaton over characters, written as one rule per matched-prefix state. It requires
-  that the delimiter's first character occurs nowhere else in it (true for
-  ``"\\n</parameter>"``), so a mismatch falls back to state 1 on that character and to state
-  0 on any other.
+  A KMP automaton over characters (`_prefix_automaton`); the delimiter's first character
+  must occur nowhere else in it (true for ``"\\n</parameter>"``).
 
   Args:
     name: the entry rule name (states are ``name``, ``name_s1``, ...).
     delimiter: the closing string (at least one character).
   """
-  first = delimiter[0]
-  if first in delimiter[1:]:
+  if delimiter[0] in delimiter[1:]:
     raise ValueError(f"delimiter {delimiter!r} repeats its first character")
-  states = [name] + [f"{name}_s{k}" for k in range(1, len(delimiter))]
-  lines = []
-  for k, ch in enumerate(delimiter):
-    nxt = f" {states[k + 1]}" if k + 1 < len(delimiter) else ""
-    alts = [f"{lit(ch)}{nxt}"]
-    if k > 0:
-      alts.append(f"{lit(first)} {states[1]}")
-      excl = char_class_escape(first) + char_class_escape(ch)
-    else:
-      excl = char_class_escape(first)
-    alts.append(f"[^{excl}] {states[0]}")
-    lines.append(f"{states[k]} ::= " + " | ".join(f"({a})" for a in alts))
-  return "\n".join(lines)
+  return _prefix_automaton(
+      name, delimiter, lambda k, ch, nxt: [f"{lit(ch)} {nxt}" if nxt else lit(ch)])
 
 
 def excluding_rules(name: str, forbidden: str) -> str:
   """Rules ``name`` matching every string that does not contain ``forbidden``.
 
-  The same KMP automaton as `until_delimiter_rules` (one rule per matched-prefix state, the
-  first character of ``forbidden`` occurring nowhere else in it), where every state may end
-  and the last character of ``forbidden`` is never read in the last state.
+  The automaton of `until_delimiter_rules` where every state may end and the last character
+  of ``forbidden`` is never read in the last state.
 
   Args:
     name: the entry rule name (states are ``name``, ``name_s1``, ...).
     forbidden: the excluded substring (at least two characters).
   """
-  first = forbidden[0]
-  if len(forbidden) < 2 or first in forbidden[1:]:
+  if len(forbidden) < 2 or forbidden[0] in forbidden[1:]:
     raise ValueError(f"{forbidden!r} must have two or more characters and not repeat its first")
-  states = [name] + [f"{name}_s{k}" for k in range(1, len(forbidden))]
-  lines = []
-  for k, ch in enumerate(forbidden):
-    alts = ['""']
-    if k + 1 < len(forbidden):
-      alts.append(f"{lit(ch)} {states[k + 1]}")
-    if k > 0:
-      alts.append(f"{lit(first)} {states[1]}")
-      excl = char_class_escape(first) + char_class_escape(ch)
-    else:
-      excl = char_class_escape(first)
-    alts.append(f"[^{excl}] {states[0]}")
-    lines.append(f"{states[k]} ::= " + " | ".join(f"({a})" for a in alts))
-  return "\n".join(lines)
+  return _prefix_automaton(
+      name, forbidden, lambda k, ch, nxt: ['""'] + ([f"{lit(ch)} {nxt}"] if nxt else []))
