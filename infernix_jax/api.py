@@ -144,9 +144,10 @@ def _constraint(*, json_schema, json_object, regex, choice, grammar, lenient, co
 
 
 def _constraint_param(constraint) -> str:
+  """The `prepare` parameter a constraint came from (its kind's name)."""
   kind = str(getattr(constraint.kind, "value", constraint.kind))
-  return {"json_object": "json_object", "json_schema": "json_schema", "regex": "regex",
-          "choice": "choice", "grammar": "grammar"}.get(kind, "constraint")
+  return kind if kind in ("json_object", "json_schema", "regex", "choice", "grammar") else (
+      "constraint")
 
 
 class LLM:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-import time
 import traceback
 from typing import Any, Callable
 
@@ -149,12 +148,3 @@ class Scheduler:
     except Exception:  # noqa: BLE001 (a connection's callback never stops the engine)
       logging.error("result callback failed: %s", traceback.format_exc())
 
-
-def wait_idle(scheduler: Scheduler, timeout: float) -> bool:
-  """Waits until the scheduler has no request (tests); True when it got there in time."""
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    if scheduler.load == 0 and not scheduler.engine.busy:
-      return True
-    time.sleep(0.01)
-  return False
