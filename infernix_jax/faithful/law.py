@@ -155,6 +155,18 @@ class ExactFiniteLaw:
     return best[text][2]
 
   # --- what the engine applies ---------------------------------------------------------------
+  def advance(self, node: int, tokens) -> int:
+    """The state after `tokens` (EOS excluded) from state `node`: their trie node, -1 off it."""
+    return self.trie.walk(tokens, node) if node >= 0 else -1
+
+  def bias_row(self, node: int, drafts, out: np.ndarray, temperature: float) -> None:
+    """Writes the bias of every verified position of one lane: out[i] (f32[Vm], zeroed) gets
+    that of the state after drafts[:i], for i in 0 .. len(drafts)."""
+    for i in range(len(drafts) + 1):
+      self.bias(node, out[i], temperature)
+      if i < len(drafts):
+        node = self.advance(node, drafts[i:i + 1])
+
   def bias(self, node: int, out: np.ndarray, temperature: float) -> None:
     """Writes this node's additive logit bias into `out` (f32[Vm], zeroed by the caller).
 

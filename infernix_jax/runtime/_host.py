@@ -262,9 +262,9 @@ class RoundHost:
   def bias(self, drafts: np.ndarray, n_drafts: np.ndarray) -> np.ndarray:
     """Additive logit bias f32[B, P', Vm] that turns p into the lanes' law (`faithful`).
 
-    Position i of lane b gets the bias of the trie node reached by the committed output and
-    drafts[b, :i] (`ExactFiniteLaw.bias`, scaled by the lane's temperature); other lanes and
-    positions past the trie get 0, so their logits are unchanged.
+    Position i of lane b gets the bias of its law after the committed output and drafts[b, :i]
+    (the law's `bias_row`, scaled by the lane's temperature); other lanes and positions get 0,
+    so their logits are unchanged.
     """
     t0 = time.perf_counter()
     drafts = np.asarray(drafts, np.int32)
@@ -278,11 +278,8 @@ class RoundHost:
       if lane is None or lane.law is None or lane.finish is not None:
         continue
       temperature = float(lane.request.sampling.temperature)
-      node = lane.law_node
-      for i in range(int(n_drafts[b]) + 1):
-        lane.law.bias(node, buf[b, i], temperature)
-        if i < int(n_drafts[b]):
-          node = lane.law.trie.walk(drafts[b, i:i + 1], node) if node >= 0 else -1
+      n = int(n_drafts[b])
+      lane.law.bias_row(lane.law_node, drafts[b, :n], buf[b, :n + 1], temperature)
     self.stats["bias_seconds"] += time.perf_counter() - t0
     self.stats["bias_bytes_uploaded"] += buf.nbytes
     return buf
@@ -376,8 +373,7 @@ class RoundHost:
         if lane.tracker is not None:
           lane.tracker.observe(out)
         if lane.law is not None:
-          lane.law_node = lane.law.trie.walk([t for t in out if t not in self.eos],
-                                             lane.law_node)
+          lane.law_node = lane.law.advance(lane.law_node, [t for t in out if t not in self.eos])
         lane.publish([t for t in out if t not in self.eos], final=finish is not None)
       except Exception as e:  # noqa: BLE001 (a session or stream callback fails its row)
         lane.fail(SessionFailure(f"request {lane.request.request_id}: commit or streaming "

@@ -29,8 +29,8 @@ class Lane:
   error: GenerationError | None = None
   tracker: Any = None  # ReasoningTracker of a budgeted row without a FramedSession
   forced_close: bool = False  # the thinking budget closed the reasoning block
-  law: Any = None  # faithful.ExactFiniteLaw of a sampling_law="exact-finite" request
-  law_node: int = 0  # the committed output's node in law.trie
+  law: Any = None  # the faithful law of a sampling_law other than "local" (bias_row, advance)
+  law_node: Any = 0  # the law's state after the committed output (ExactFiniteLaw: a trie node)
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
