@@ -1,7 +1,8 @@
-"""The target's log-probabilities at every node of a token trie, by batched cached forwards.
+"""The target's log-probabilities at every node of a token trie, by tree-attention forwards.
 
-Axis letters (docs/CONTRACTS.md): R rows (root-to-leaf paths of one call, padded to a power of
-two), P positions of a row (the prompt's last token, then the path), Vm logits width, V vocab.
+Axis letters (docs/CONTRACTS.md): T positions of a call (the prompt's last token, then trie
+nodes, padded to a power of two), C the ids gathered per position (a node's children, then
+the EOS ids), Vm logits width, V vocab.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import numpy as np
 
 from infernix_jax.faithful.trie import TokenTrie
 
-ROWS_PER_CALL = 64  # root-to-leaf paths per verify call
+TOKENS_PER_CALL = 512  # trie nodes (plus the anchor) scored by one tree-attention call
 
 
 @dataclasses.dataclass
 class ForwardCost:
   """What computing the node distributions cost."""
 
-  forwards: int = 0  # target calls (one prefill + one verify per batch of paths)
-  tokens: int = 0  # token positions run through the target (prompt + padded path rows)
+  forwards: int = 0  # target calls (one prefill + one tree-attention call per chunk)
+  tokens: int = 0  # token positions run through the target (prompt + padded chunks)
   seconds: float = 0.0  # wall seconds of the forwards and the gathering
 
   def to_dict(self) -> dict:
@@ -36,14 +37,61 @@ def _pow2(n: int, minimum: int = 1) -> int:
   return size
 
 
+def preorder(trie: TokenTrie) -> list[int]:
+  """Every non-root node, depth first (each node right after its ancestors)."""
+  out, stack = [], list(reversed(trie.children[0].values()))
+  while stack:
+    node = stack.pop()
+    out.append(node)
+    stack.extend(reversed(trie.children[node].values()))
+  return out
+
+
+def chunks(trie: TokenTrie, limit: int) -> list[tuple[list[int], set[int]]]:
+  """Splits the trie into sub-forests of at most `limit` nodes, each closed under ancestors.
+
+  Nodes are taken depth first; a chunk that would overflow is closed and the next starts
+  with the root path of its first node again (those copies only give context).
+
+  Returns:
+    [(nodes in depth-first order, the nodes scored in this chunk)]: every node is scored
+    in exactly one chunk.
+  """
+  if limit < int(trie.depth.max(initial=0)):
+    raise ValueError(f"a chunk of {limit} nodes cannot hold a root path of "
+                     f"{int(trie.depth.max())} tokens")
+  out: list[tuple[list[int], set[int]]] = []
+  nodes: list[int] = []
+  held: set[int] = set()
+  scored: set[int] = set()
+  for node in preorder(trie):
+    path, up = [], node
+    while up > 0 and up not in held:
+      path.append(up)
+      up = int(trie.parent[up])
+    if len(nodes) + len(path) > limit:
+      out.append((nodes, scored))
+      nodes, held, scored = [], set(), set()
+      path, up = [], node
+      while up > 0:
+        path.append(up)
+        up = int(trie.parent[up])
+    nodes.extend(reversed(path))
+    held.update(path)
+    scored.add(node)
+  if nodes or not out:
+    out.append((nodes, scored))
+  return out
+
+
 def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
-                  vocab_size: int, temperature: float, *, rows_per_call: int = ROWS_PER_CALL):
+                  vocab_size: int, temperature: float, *, tokens_per_call: int = TOKENS_PER_CALL):
   """log p(child token | node) and log p(EOS | node) at every node, p = softmax(logits / T).
 
-  The prompt (all but its last token) is prefilled once into a one-row KV cache; the cache is
-  then repeated over R rows and each row verifies [prompt[-1], path of one leaf], whose
-  logits at position j are the target's distribution after the first j path tokens. Every
-  node lies on some root-to-leaf path, so one pass over the leaves covers the trie.
+  The prompt (all but its last token) is prefilled once into a one-row KV cache. Each call
+  then scores one chunk of the trie (`chunks`) by tree attention (`models.tree_verify`): the
+  prompt's last token stands for the root at depth 0 and every node reads its own root
+  path, so the logits at a node are the target's distribution after that node's tokens.
 
   Args:
     graphdef, state: the target (`nnx.split(model)`).
@@ -52,7 +100,7 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
     trie: the TokenTrie of the constraint.
     vocab_size: V; ids >= V (logits padding) get no mass.
     temperature: T > 0 of the request's law.
-    rows_per_call: paths per verify call.
+    tokens_per_call: trie nodes per call (besides the anchor).
 
   Returns:
     (edge f64[N]: log p(token[node] | parent) (0 at the root), eos f64[N]: log of the summed
@@ -67,12 +115,9 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
   t0 = time.perf_counter()
   cost = ForwardCost()
   prompt = [int(t) for t in prompt]
-  leaves = trie.leaves()
-  longest = int(trie.depth.max(initial=0))
-  p = longest + 1  # [prompt[-1], path...]
-  width = _pow2(p)
-  capacity = _pow2(len(prompt) - 1 + width, 16)
-  cache = im.KVCache.init(cfg, batch=1, capacity=capacity)
+  parts = chunks(trie, tokens_per_call)
+  width = _pow2(1 + max(len(nodes) for nodes, _ in parts), 16)
+  cache = im.KVCache.init(cfg, batch=1, capacity=_pow2(len(prompt) - 1 + width, 16))
   if len(prompt) > 1:
     head = np.zeros((1, _pow2(len(prompt) - 1, 16)), np.int32)
     head[0, :len(prompt) - 1] = prompt[:-1]
@@ -81,56 +126,48 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
     cost.forwards += 1
     cost.tokens += len(prompt) - 1
   eos_ids = np.asarray(trie.eos_ids, np.int64)
+  n_eos = len(eos_ids)
 
   @jax.jit
-  def scores(logits, idx):  # [R, P, Vm], [R, P, C] -> log-softmax at idx over the V real ids
+  def scores(logits, idx):  # [1, T, Vm], [1, T, C] -> log-softmax at idx over the V real ids
     z = logits[..., :vocab_size].astype(jnp.float32) / temperature
     return jnp.take_along_axis(jax.nn.log_softmax(z, axis=-1), idx, axis=-1)
 
-  # Only the children's and EOS probabilities of each node come back: C ids per position.
-  n_eos = len(eos_ids)
-  c = _pow2(max(len(k) for k in trie.children) + n_eos)
-
   edge = np.zeros(trie.size, np.float64)
   eos = np.full(trie.size, -np.inf, np.float64)
-  done = np.zeros(trie.size, bool)
-  for start in range(0, len(leaves), rows_per_call):
-    chunk = leaves[start:start + rows_per_call]
-    r = _pow2(len(chunk))
-    tokens = np.zeros((r, width), np.int32)  # [R, P]
-    tokens[:, 0] = prompt[-1]
-    idx = np.zeros((r, width, c), np.int32)  # [R, P, C]: each node's children, then EOS ids
-    paths = []
-    for i, leaf in enumerate(chunk):
-      path = trie.path(int(leaf))
-      tokens[i, 1:len(path) + 1] = path
-      paths.append(path)
-      node = 0
-      for j in range(len(path) + 1):
-        kids = list(trie.children[node])
-        idx[i, j, :len(kids)] = kids
-        idx[i, j, len(kids):len(kids) + n_eos] = eos_ids
-        if j < len(path):
-          node = trie.children[node][path[j]]
-    # [L, R, S, G, H] keys/values and i32[R] lengths: the prompt's cache row, R times
-    rows = jax.tree_util.tree_map(
-        lambda x, r=r: jnp.repeat(x, r, axis=0 if x.ndim == 1 else 1), cache)
-    logits, _, _ = im.verify(graphdef, state, rows, jnp.asarray(tokens))
-    logp = np.asarray(scores(logits, jnp.asarray(idx)), np.float64)  # [R, P, C]
+  for k, (nodes, scored) in enumerate(parts):
+    t = _pow2(1 + len(nodes), 16)  # buckets bound the compiles
+    tokens = np.zeros((1, t), np.int32)  # [1, T]: the anchor, then the chunk's nodes
+    depth = np.zeros((1, t), np.int32)
+    ancestors = np.zeros((1, t, t), bool)  # [1, T, T]
+    ancestors[0, np.arange(t), np.arange(t)] = True  # padding reads itself only
+    tokens[0, 0] = prompt[-1]
+    where = {0: 0}  # node -> its position in this call
+    owners = [(0, 0)] if k == 0 else []  # (node, position) of the nodes scored here
+    for i, node in enumerate(nodes, start=1):
+      tokens[0, i], depth[0, i] = trie.token[node], trie.depth[node]
+      ancestors[0, i] = ancestors[0, where[int(trie.parent[node])]]
+      ancestors[0, i, i] = True
+      where[node] = i
+      if node in scored:
+        owners.append((node, i))
+    c = _pow2(max(len(trie.children[n]) for n, _ in owners) + n_eos)
+    idx = np.zeros((1, t, c), np.int32)  # [1, T, C]: each scored node's children, then EOS
+    for node, i in owners:
+      kids = list(trie.children[node])
+      idx[0, i, :len(kids)] = kids
+      idx[0, i, len(kids):len(kids) + n_eos] = eos_ids
+    logits, cache = im.tree_verify(graphdef, state, cache, jnp.asarray(tokens),
+                                   jnp.asarray(depth), jnp.asarray(ancestors))
+    logp = np.asarray(scores(logits, jnp.asarray(idx)), np.float64)[0]  # [T, C]
     cost.forwards += 1
-    cost.tokens += r * width
-    for i, path in enumerate(paths):
-      node = 0
-      for j in range(len(path) + 1):
-        if not done[node]:
-          done[node] = True
-          kids = trie.children[node]
-          for m, child in enumerate(kids.values()):
-            edge[child] = logp[i, j, m]
-          if trie.member[node] and n_eos:
-            eos[node] = np.logaddexp.reduce(logp[i, j, len(kids):len(kids) + n_eos])
-        if j < len(path):
-          node = trie.children[node][path[j]]
+    cost.tokens += t
+    for node, i in owners:
+      kids = trie.children[node]
+      for m, child in enumerate(kids.values()):
+        edge[child] = logp[i, m]
+      if trie.member[node] and n_eos:
+        eos[node] = np.logaddexp.reduce(logp[i, len(kids):len(kids) + n_eos])
   cost.seconds = time.perf_counter() - t0
   return edge, eos, cost
 

@@ -7,7 +7,7 @@ from infernix_jax.models.kv_cache import KVCache
 from infernix_jax.models.loaders import (
     default_model_path, load_checkpoint, load_default, load_gguf, load_hf_dir, load_model,
     model_source, restore_params, save_checkpoint, save_params)
-from infernix_jax.models.phases import decode, forward, prefill, verify
+from infernix_jax.models.phases import decode, forward, prefill, tree_verify, verify
 from infernix_jax.models.sharding import make_mesh, shard_cache, shard_state
 from infernix_jax.models.tokenizer import Tokenizer, load_tokenizer
 from infernix_jax.models.transformer import Transformer
@@ -18,5 +18,6 @@ __all__ = [
     "SMOLLM2_135M", "ModelConfig", "drafters", "KVCache", "Transformer", "Tokenizer", "decode",
     "default_model_path", "forward", "load_checkpoint", "load_default", "load_gguf",
     "load_hf_dir", "load_model", "load_tokenizer", "make_mesh", "model_source", "prefill",
-    "restore_params", "save_checkpoint", "save_params", "shard_cache", "shard_state", "verify",
+    "restore_params", "save_checkpoint", "save_params", "shard_cache", "shard_state",
+    "tree_verify", "verify",
 ]

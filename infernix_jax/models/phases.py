@@ -121,6 +121,28 @@ def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None
   return model.logits(both[..., -d:]), both[..., :-d], cache
 
 
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def tree_verify(graphdef, state, cache: KVCache, tokens, depth, ancestors):
+  """Scores the nodes of a token tree in one call (tree attention) at each row's offset.
+
+  Token t of row b is a tree node at position lengths[b] + depth[b, t] that reads the row's
+  committed entries and the nodes u with ancestors[b, t, u] (its path from the tree's root,
+  itself included), so its logits are the target's distribution after that path. Keys/values
+  go to scratch slots lengths[b] .. lengths[b] + T - 1; lengths stay unchanged.
+
+  Args:
+    tokens: i32[B, T] the nodes' tokens (each ancestor before its descendants).
+    depth: i32[B, T] each node's depth (the tree's root at 0).
+    ancestors: bool[B, T, T].
+
+  Returns:
+    (logits f32[B, T, Vm], cache).
+  """
+  model = nnx.merge(graphdef, state)
+  hidden, cache = model(tokens, cache, tree=(depth, ancestors))
+  return model.logits(hidden), cache
+
+
 @functools.partial(jax.jit, static_argnums=(0,))
 def forward(graphdef, state, tokens):
   """Full causal forward without a persistent cache (tests, scoring): tokens [B, T].

@@ -44,10 +44,10 @@ class DecoderLayers(nnx.Module):
     return {name: getattr(self, name)[...] for name in self.names}
 
   def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
-          span: int | None = None):
+          span: int | None = None, tree=None):
     """`cached_layers` over these layers (same arguments and results)."""
     return cached_layers(cfg, self.params(), x, cache_k, cache_v, starts, collect=collect,
-                         span=span)
+                         span=span, tree=tree)
 
 
 def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
@@ -81,22 +81,31 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: 
 
 
 def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array,
-                 span: int | None = None):
-  """What every layer shares: (positions i32[B, T], cos, sin, mask bool [B, T, S' + T]).
+                 span: int | None = None, tree: tuple[jax.Array, jax.Array] | None = None):
+  """What every layer shares: (slots i32[B, T], cos, sin, mask bool [B, T, S' + T]).
 
-  S' = span (default: the capacity S). The first S' mask columns let row b's new tokens read
-  its committed entries (positions < starts[b]; later ones are scratch); the last T columns
-  are causal among the new tokens.
+  New token t of row b is stored at cache slot starts[b] + t. S' = span (default: the
+  capacity S). The first S' mask columns let row b's new tokens read its committed entries
+  (slots < starts[b]; later ones are scratch); the last T columns are causal among the new
+  tokens, and each sits at position = its slot.
+
+  With `tree` = (depth i32[B, T], ancestors bool [B, T, T]) the new tokens are the nodes of a
+  token tree instead of a sequence: token t sits at position starts[b] + depth[b, t] and
+  reads the new tokens u with ancestors[b, t, u] (its root path, itself included), so one
+  call scores every root-to-node path of the tree (tree attention).
   """
   b, t, _ = x.shape
-  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
+  slots = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
+  positions = slots if tree is None else starts[:, None] + tree[0]
   cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
   s = min(span or cache_k.shape[2], cache_k.shape[2])
   past = jnp.arange(s, dtype=jnp.int32)[None, None, :] < starts[:, None, None]  # [B, 1, S']
-  new = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T, T]
-  mask = jnp.concatenate([jnp.broadcast_to(past, (b, t, s)),
-                          jnp.broadcast_to(new[None], (b, t, t))], axis=-1)
-  return positions, cos, sin, mask
+  if tree is None:
+    new = jnp.broadcast_to((jnp.arange(t)[None, :] <= jnp.arange(t)[:, None])[None], (b, t, t))
+  else:
+    new = tree[1]
+  mask = jnp.concatenate([jnp.broadcast_to(past, (b, t, s)), new], axis=-1)
+  return slots, cos, sin, mask
 
 
 def write_kv(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
@@ -111,7 +120,8 @@ def write_kv(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
 
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
                   cache_k: jax.Array, cache_v: jax.Array, starts: jax.Array,
-                  collect: bool = False, span: int | None = None):
+                  collect: bool = False, span: int | None = None,
+                  tree: tuple[jax.Array, jax.Array] | None = None):
   """Runs stacked causal layers (one `lax.scan`) over T new tokens at each row's offset.
 
   Args:
@@ -125,12 +135,14 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
     collect: also return every layer's output (for feature taps).
     span: attend over the first `span` cache positions only (static; every row's
       starts[b] + T must be <= span); None: the whole capacity.
+    tree: (depth i32[B, T], ancestors bool [B, T, T]): the new tokens form a token tree
+      (`layer_inputs`); None: a sequence.
 
   Returns:
     (output activations [B, T, D], cache_k, cache_v), plus the per-layer outputs
     [L, B, T, D] when `collect`.
   """
-  positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts, span)
+  positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts, span, tree)
   s = mask.shape[-1] - x.shape[1]
 
   def body(x, xs):
@@ -178,7 +190,8 @@ class Transformer(nnx.Module):
 
   def __call__(self, tokens: jax.Array, cache: KVCache,
                taps: tuple[int, ...] | None = None,
-               span: int | None = None) -> tuple[jax.Array, KVCache]:
+               span: int | None = None,
+               tree: tuple[jax.Array, jax.Array] | None = None) -> tuple[jax.Array, KVCache]:
     """Runs tokens [B, T] at positions cache.lengths[b] + t and writes their keys/values.
 
     Args:
@@ -188,6 +201,8 @@ class Transformer(nnx.Module):
         DFlash/EAGLE-3-style drafters); None returns the last layer's output.
       span: static; attention reads only the first `span` cache positions (every row's
         length + T must fit in it); None: the whole capacity.
+      tree: (depth i32[B, T], ancestors bool [B, T, T]): the tokens are the nodes of a token
+        tree, not a sequence (`layer_inputs`); None: a sequence.
 
     Returns:
       (hidden [B, T, D * max(1, len(taps))] before the final norm, cache with new entries
@@ -195,7 +210,7 @@ class Transformer(nnx.Module):
     """
     x = self.embed_tokens(tokens)
     out = self.layers.run(self.cfg, x, cache.k, cache.v, cache.lengths,
-                          collect=taps is not None, span=span)
+                          collect=taps is not None, span=span, tree=tree)
     x, k, v = out[:3]
     if taps is not None:
       for t in taps:

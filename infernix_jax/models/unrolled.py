@@ -88,9 +88,9 @@ class UnrolledLayers(nnx.Module):
                             for i in range(num_layers)])
 
   def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
-          span: int | None = None):
+          span: int | None = None, tree=None):
     """`transformer.cached_layers` semantics; per-layer outputs come as a tuple of [B, T, D]."""
-    positions, cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k, starts, span)
+    positions, cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k, starts, span, tree)
     s = mask.shape[-1] - x.shape[1]
     outputs, ks, vs = [], [], []
     for index, layer in enumerate(self.layers):

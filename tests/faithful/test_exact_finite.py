@@ -139,6 +139,28 @@ def test_phi_matches_fp64_summation():
   assert got.cost.forwards >= 2 and got.cost.tokens > 0 and got.cost.seconds > 0
 
 
+@pytest.mark.parametrize("limit", [6, 13])
+def test_trie_chunks_cover_every_node_once_and_score_alike(limit):
+  """Tree-attention calls over small chunks (root paths repeated as context) score every node
+  exactly once and give the same node distributions as the default single chunk."""
+  trie = trie_of(SPEC)
+  parts = faithful.target.chunks(trie, limit)
+  assert len(parts) >= 2
+  scored = [n for _, owned in parts for n in owned]
+  assert sorted(scored) == list(range(1, trie.size))  # the root is scored by the first call
+  for nodes, owned in parts:
+    assert len(nodes) <= limit and owned <= set(nodes)
+    held = set(nodes) | {0}
+    assert all(int(trie.parent[n]) in held for n in nodes)  # closed under ancestors
+  cfg, model = h.tiny_model()
+  g, s = nnx.split(model)
+  edge, eos, cost = faithful.node_logprobs(g, s, cfg, PROMPT, trie, h.toy_vocab().size, 1.0,
+                                           tokens_per_call=limit)
+  assert cost.forwards == len(parts) + 1  # + the prompt's prefill
+  np.testing.assert_allclose(edge, law().edge, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(eos, law().eos, rtol=1e-5, atol=1e-6)
+
+
 def test_samples_follow_mu_star_and_not_the_local_projection():
   """Chi-square against μ* passes; the same samples fail μ_proj (the power check)."""
   want_mu, _ = oracle()

@@ -155,3 +155,40 @@ def test_attention_span_equals_whole_capacity(split):
     outs.append((np.asarray(v_logits), np.asarray(d_logits)))
   for want, got in zip(*outs):
     np.testing.assert_allclose(got, want, atol=ATOL)
+
+
+@pytest.mark.parametrize("layout", ["stacked", "unrolled"])
+def test_tree_verify_scores_every_root_path_like_the_full_forward(split, layout):
+  """One tree-attention call over a token tree gives, at each node, the full causal forward's
+  logits after prompt + that node's root path (the oracle runs each path separately)."""
+  from infernix_jax.models import unrolled
+  graphdef, state = split
+  if layout == "unrolled":
+    graphdef, state = nnx.split(unrolled.unroll(nnx.merge(graphdef, state)))
+  prompt = _tokens(1, 6, seed=4)[0]
+  # The tree below the anchor (prompt[-1]), as (parent index, token); index 0 is the anchor.
+  # Siblings share a token (7) on purpose: only the mask tells them apart.
+  nodes = [(-1, int(prompt[-1])), (0, 7), (0, 9), (1, 7), (1, 3), (3, 11), (2, 7), (6, 5)]
+  t = 16  # padded like the callers do
+  tokens = np.zeros((1, t), np.int32)
+  depth = np.zeros((1, t), np.int32)
+  anc = np.zeros((1, t, t), bool)
+  anc[0, np.arange(t), np.arange(t)] = True
+  paths = []
+  for i, (parent, tok) in enumerate(nodes):
+    tokens[0, i] = tok
+    if parent >= 0:
+      depth[0, i] = depth[0, parent] + 1
+      anc[0, i] |= anc[0, parent]
+      paths.append(paths[parent] + [tok])
+    else:
+      paths.append([])
+  cache = im.KVCache.init(CFG, batch=1, capacity=32)
+  _, _, cache = im.prefill(graphdef, state, cache, prompt[None, :-1], np.asarray([5], np.int32))
+  logits, cache = im.tree_verify(graphdef, state, cache, jnp.asarray(tokens),
+                                 jnp.asarray(depth), jnp.asarray(anc))
+  np.testing.assert_array_equal(cache.lengths, [5])  # scratch slots only
+  for i, path in enumerate(paths):
+    seq = np.asarray([list(prompt) + path], np.int32)
+    want, _ = im.forward(graphdef, state, jnp.asarray(seq))
+    np.testing.assert_allclose(np.asarray(logits[0, i]), np.asarray(want[0, -1]), atol=ATOL)
