@@ -15,7 +15,7 @@ import numpy as np
 
 from infernix_jax.faithful.trie import TokenTrie
 
-TOKENS_PER_CALL = 512  # trie nodes (plus the anchor) scored by one tree-attention call
+TOKENS_PER_CALL = 128  # trie nodes (plus the anchor) scored by one tree-attention call
 
 
 @dataclasses.dataclass
@@ -84,14 +84,100 @@ def chunks(trie: TokenTrie, limit: int) -> list[tuple[list[int], set[int]]]:
   return out
 
 
+class TreeScorer:
+  """The target's next-token log-probabilities after token-tree nodes, over one prompt.
+
+  The prompt (all but its last token) is prefilled once into a one-row KV cache; each
+  `score` call is then one tree-attention call (`models.tree_verify`) in which the prompt's
+  last token stands for the root (node 0, depth 0) and every node reads its own root path.
+
+  Args:
+    graphdef, state: the target (`nnx.split(model)`).
+    cfg: its ModelConfig.
+    prompt: the request's prompt ids (at least one).
+    vocab_size: V; ids >= V (logits padding) get no mass.
+    temperature: T > 0: p = softmax(logits / T).
+    width: the most nodes one call holds (besides the anchor).
+  """
+
+  def __init__(self, graphdef: Any, state: Any, cfg: Any, prompt, vocab_size: int,
+               temperature: float, width: int = TOKENS_PER_CALL):
+    import jax
+    import jax.numpy as jnp
+
+    from infernix_jax import models as im
+    t0 = time.perf_counter()
+    self.graphdef, self.state, self.width = graphdef, state, width
+    self.prompt = [int(t) for t in prompt]
+    self.cost = ForwardCost()
+    n = len(self.prompt) - 1
+    self.cache = im.KVCache.init(cfg, batch=1, capacity=_pow2(n + _pow2(1 + width, 16), 16))
+    if n:
+      head = np.zeros((1, _pow2(n, 16)), np.int32)
+      head[0, :n] = self.prompt[:-1]
+      _, _, self.cache = im.prefill(graphdef, state, self.cache, head,
+                                    np.asarray([n], np.int32))
+      self.cost.forwards += 1
+      self.cost.tokens += n
+
+    @jax.jit
+    def scores(logits, idx):  # [1, T, Vm], [1, T, C] -> log-softmax at idx over the V ids
+      z = logits[..., :vocab_size].astype(jnp.float32) / temperature
+      return jnp.take_along_axis(jax.nn.log_softmax(z, axis=-1), idx, axis=-1)
+
+    self._scores = scores
+    self.cost.seconds += time.perf_counter() - t0
+
+  def score(self, nodes, parent, token, depth, want) -> list[np.ndarray]:
+    """One call: log p(ids | node) for each (node, ids) of `want`.
+
+    Args:
+      nodes: the call's nodes (root excluded), each after its parent; closed under
+        ancestors; at most `width`.
+      parent, token, depth: indexable by node id (the root is node 0).
+      want: [(node, i64[C_n] ids)], nodes among `nodes` or the root.
+
+    Returns:
+      [f64[C_n]] the log-probabilities, in `want`'s order.
+    """
+    import jax.numpy as jnp
+
+    from infernix_jax import models as im
+    t0 = time.perf_counter()
+    if len(nodes) > self.width:
+      raise ValueError(f"{len(nodes)} nodes exceed the scorer's width {self.width}")
+    t = _pow2(1 + len(nodes), 16)  # buckets bound the compiles
+    tokens = np.zeros((1, t), np.int32)  # [1, T]: the anchor, then the nodes
+    depths = np.zeros((1, t), np.int32)
+    ancestors = np.zeros((1, t, t), bool)  # [1, T, T]
+    ancestors[0, np.arange(t), np.arange(t)] = True  # padding reads itself only
+    tokens[0, 0] = self.prompt[-1]
+    where = {0: 0}  # node -> its position in this call
+    for i, node in enumerate(nodes, start=1):
+      tokens[0, i], depths[0, i] = token[node], depth[node]
+      ancestors[0, i] = ancestors[0, where[int(parent[node])]]
+      ancestors[0, i, i] = True
+      where[node] = i
+    c = _pow2(max((len(ids) for _, ids in want), default=1))
+    idx = np.zeros((1, t, c), np.int32)  # [1, T, C]
+    for node, ids in want:
+      idx[0, where[node], :len(ids)] = ids
+    logits, self.cache = im.tree_verify(self.graphdef, self.state, self.cache,
+                                        jnp.asarray(tokens), jnp.asarray(depths),
+                                        jnp.asarray(ancestors))
+    logp = np.asarray(self._scores(logits, jnp.asarray(idx)), np.float64)[0]  # [T, C]
+    self.cost.forwards += 1
+    self.cost.tokens += t
+    self.cost.seconds += time.perf_counter() - t0
+    return [logp[where[node], :len(ids)] for node, ids in want]
+
+
 def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
                   vocab_size: int, temperature: float, *, tokens_per_call: int = TOKENS_PER_CALL):
   """log p(child token | node) and log p(EOS | node) at every node, p = softmax(logits / T).
 
-  The prompt (all but its last token) is prefilled once into a one-row KV cache. Each call
-  then scores one chunk of the trie (`chunks`) by tree attention (`models.tree_verify`): the
-  prompt's last token stands for the root at depth 0 and every node reads its own root
-  path, so the logits at a node are the target's distribution after that node's tokens.
+  One `TreeScorer` call per chunk of the trie (`chunks`): the logits at a node are the
+  target's distribution after that node's tokens.
 
   Args:
     graphdef, state: the target (`nnx.split(model)`).
@@ -107,69 +193,20 @@ def node_logprobs(graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
     probability of the trie's EOS ids at the node (-inf where the node is not a member),
     ForwardCost).
   """
-  import jax
-  import jax.numpy as jnp
-
-  from infernix_jax import models as im
-
-  t0 = time.perf_counter()
-  cost = ForwardCost()
-  prompt = [int(t) for t in prompt]
-  parts = chunks(trie, tokens_per_call)
-  width = _pow2(1 + max(len(nodes) for nodes, _ in parts), 16)
-  cache = im.KVCache.init(cfg, batch=1, capacity=_pow2(len(prompt) - 1 + width, 16))
-  if len(prompt) > 1:
-    head = np.zeros((1, _pow2(len(prompt) - 1, 16)), np.int32)
-    head[0, :len(prompt) - 1] = prompt[:-1]
-    _, _, cache = im.prefill(graphdef, state, cache, head,
-                             np.asarray([len(prompt) - 1], np.int32))
-    cost.forwards += 1
-    cost.tokens += len(prompt) - 1
+  scorer = TreeScorer(graphdef, state, cfg, prompt, vocab_size, temperature, tokens_per_call)
   eos_ids = np.asarray(trie.eos_ids, np.int64)
-  n_eos = len(eos_ids)
-
-  @jax.jit
-  def scores(logits, idx):  # [1, T, Vm], [1, T, C] -> log-softmax at idx over the V real ids
-    z = logits[..., :vocab_size].astype(jnp.float32) / temperature
-    return jnp.take_along_axis(jax.nn.log_softmax(z, axis=-1), idx, axis=-1)
-
   edge = np.zeros(trie.size, np.float64)
   eos = np.full(trie.size, -np.inf, np.float64)
-  for k, (nodes, scored) in enumerate(parts):
-    t = _pow2(1 + len(nodes), 16)  # buckets bound the compiles
-    tokens = np.zeros((1, t), np.int32)  # [1, T]: the anchor, then the chunk's nodes
-    depth = np.zeros((1, t), np.int32)
-    ancestors = np.zeros((1, t, t), bool)  # [1, T, T]
-    ancestors[0, np.arange(t), np.arange(t)] = True  # padding reads itself only
-    tokens[0, 0] = prompt[-1]
-    where = {0: 0}  # node -> its position in this call
-    owners = [(0, 0)] if k == 0 else []  # (node, position) of the nodes scored here
-    for i, node in enumerate(nodes, start=1):
-      tokens[0, i], depth[0, i] = trie.token[node], trie.depth[node]
-      ancestors[0, i] = ancestors[0, where[int(trie.parent[node])]]
-      ancestors[0, i, i] = True
-      where[node] = i
-      if node in scored:
-        owners.append((node, i))
-    c = _pow2(max(len(trie.children[n]) for n, _ in owners) + n_eos)
-    idx = np.zeros((1, t, c), np.int32)  # [1, T, C]: each scored node's children, then EOS
-    for node, i in owners:
-      kids = list(trie.children[node])
-      idx[0, i, :len(kids)] = kids
-      idx[0, i, len(kids):len(kids) + n_eos] = eos_ids
-    logits, cache = im.tree_verify(graphdef, state, cache, jnp.asarray(tokens),
-                                   jnp.asarray(depth), jnp.asarray(ancestors))
-    logp = np.asarray(scores(logits, jnp.asarray(idx)), np.float64)[0]  # [T, C]
-    cost.forwards += 1
-    cost.tokens += t
-    for node, i in owners:
-      kids = trie.children[node]
-      for m, child in enumerate(kids.values()):
-        edge[child] = logp[i, m]
-      if trie.member[node] and n_eos:
-        eos[node] = np.logaddexp.reduce(logp[i, len(kids):len(kids) + n_eos])
-  cost.seconds = time.perf_counter() - t0
-  return edge, eos, cost
+  for k, (nodes, scored) in enumerate(chunks(trie, tokens_per_call)):
+    owners = ([0] if k == 0 else []) + [n for n in nodes if n in scored]
+    want = [(n, np.append(np.fromiter(trie.children[n], np.int64), eos_ids)) for n in owners]
+    for (node, ids), logp in zip(want, scorer.score(nodes, trie.parent, trie.token, trie.depth,
+                                                    want)):
+      kids = list(trie.children[node].values())
+      edge[kids] = logp[:len(kids)]
+      if trie.member[node] and len(eos_ids):
+        eos[node] = np.logaddexp.reduce(logp[len(kids):])
+  return edge, eos, scorer.cost
 
 
 def log_phi(trie: TokenTrie, edge: np.ndarray, eos: np.ndarray) -> np.ndarray:
