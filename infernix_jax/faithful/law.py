@@ -36,6 +36,9 @@ class ExactFiniteLaw:
       under `one_step`, the law's own token-by-token argmax.
     one_step: log_phi holds the one-step estimate Φ̂(y) = the legal mass of p(· | y) (with
       EOS at a member) instead of the exact Φ (`onestep`).
+    tv_bound: 0 for the whole trie; for a best-first trie (`search`), the certified bound on
+      the total variation to μ* of this law (μ* restricted to the members found).
+    stop: why the trie ends: "complete", "greedy" (argmax certified) or "tolerance".
   """
 
   trie: TokenTrie
@@ -46,6 +49,8 @@ class ExactFiniteLaw:
   cost: Any
   greedy_path: tuple[int, ...] = ()
   one_step: bool = False
+  tv_bound: float = 0.0
+  stop: str = "complete"
 
   @classmethod
   def compute(cls, graphdef: Any, state: Any, cfg: Any, prompt, trie: TokenTrie,
@@ -64,6 +69,37 @@ class ExactFiniteLaw:
           "sampling_law='exact-finite': every member of the constraint's language has "
           "probability 0 under the target (or the language is empty)")
     law = cls(trie=trie, temperature=t, edge=edge, eos=eos, log_phi=phi, cost=cost)
+    law.greedy_path = law._greedy(vocab)
+    return law
+
+  @classmethod
+  def search(cls, graphdef: Any, state: Any, cfg: Any, prompt, session: Any, vocab: Any,
+             temperature: float, *, tolerance: float = 0.0, max_nodes: int, max_depth: int,
+             name: str = "the constraint") -> ExactFiniteLaw:
+    """The law from a best-first trie (`faithful.search.expand`), without the whole trie.
+
+    Greedy (T = 0): expands until the most probable member is certain; greedy_path is exact.
+    Sampling: expands until μ* restricted to the members found is within `tolerance` of μ*
+    in total variation (0: the whole language; the law is μ*).
+
+    Raises:
+      FeatureConflictError: no member of positive probability.
+      LanguageTooLargeError: the budgets run out before the stopping rule holds.
+    """
+    from infernix_jax.constrain.errors import FeatureConflictError
+    from infernix_jax.faithful import search as _search
+    t = float(temperature) if temperature > 0 else 1.0
+    scorer = _target.TreeScorer(graphdef, state, cfg, prompt, vocab.size, t)
+    found = _search.expand(scorer, session, vocab, greedy=temperature <= 0,
+                           tolerance=tolerance, max_nodes=max_nodes, max_depth=max_depth,
+                           name=name)
+    phi = _target.log_phi(found.trie, found.edge, found.eos)
+    if not np.isfinite(phi[0]):
+      raise FeatureConflictError(
+          "sampling_law='exact-finite': every member of the constraint's language has "
+          "probability 0 under the target (or the language is empty)")
+    law = cls(trie=found.trie, temperature=t, edge=found.edge, eos=found.eos, log_phi=phi,
+              cost=found.cost, tv_bound=found.tv_bound, stop=found.stop)
     law.greedy_path = law._greedy(vocab)
     return law
 
@@ -108,6 +144,10 @@ class ExactFiniteLaw:
     """The law over member token sequences (EOS excluded), as the product of its steps
     (μ* = p(y)·p(EOS | y) / Φ(root) for the exact Φ)."""
     base = np.asarray([self._base(i) for i in range(self.trie.size)])
+    with np.errstate(invalid="ignore"):  # below a node of Φ = 0 (no member): never read
+      return self._distribution(base)
+
+  def _distribution(self, base: np.ndarray) -> dict[tuple[int, ...], float]:
     step = np.zeros(self.trie.size)
     idx = np.arange(1, self.trie.size)
     step[idx] = self.edge[idx] + self.log_phi[idx] - base[self.trie.parent[idx]]
@@ -173,15 +213,17 @@ class ExactFiniteLaw:
     Sampling (T > 0): T·(log Φ(child_t) − log Φ(node)) on each child token and −T·log Φ(node)
     on the EOS ids at a member, so softmax(logits / T + bias / T) over the legal set is p*.
     Greedy (T = 0): 0 on the next token of `greedy_path`, GREEDY_BLOCK on every other legal
-    token. Nodes off the trie (-1) get no bias.
+    token. Nodes off the trie (-1) or of Φ = 0 get no bias (the law never reaches them).
     """
     if node < 0:
       return
     kids = self.trie.children[node]
     if temperature > 0:
       base = self._base(node)
-      for t, child in kids.items():
-        out[t] = temperature * (self.log_phi[child] - base)
+      if not np.isfinite(base):
+        return  # Φ(node) = 0: no law reaches it (a draft into it was already rejected)
+      for t, child in kids.items():  # Φ = 0 (probability 0, or left unexpanded): blocked
+        out[t] = max(temperature * (self.log_phi[child] - base), GREEDY_BLOCK)
       if self.trie.member[node]:
         out[list(self.trie.eos_ids)] = -temperature * base
       return
