@@ -292,7 +292,8 @@ class LLM:
         or "exact-finite" (p(y) restricted to the constraint's whole outputs, for a finite
         constraint; greedy = the most probable output summed over its tokenizations;
         `infernix_jax.faithful`), or "onestep" (each token weighted by the legal mass one
-        step after it, an estimate of exact-finite; finite constraints only for now).
+        step after it, an estimate of exact-finite for any constraint, unbounded ones
+        included, at extra target forwards per decoded position).
 
     Raises:
       RequestError: an invalid parameter (its name in `.param`, the location inside it in the

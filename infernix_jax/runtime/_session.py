@@ -19,8 +19,9 @@ def check_request(request: GenerationRequest) -> None:
 
   Raises:
     FeatureConflictError: extra stop strings together with a constraint or tools (constrained
-      output ends through the grammar's own EOS rule); sampling_law="exact-finite" without a
-      finite constraint, or with top_k / top_p / min_p / penalties / a thinking budget.
+      output ends through the grammar's own EOS rule); a sampling law other than "local"
+      without an output constraint (exact-finite: a finite one), or with top_k / top_p /
+      min_p / penalties / a thinking budget.
     ValueError: an invalid field (max_tokens, sampling, sampling_law, empty prompt).
   """
   request.sampling.validate()
@@ -43,7 +44,9 @@ def check_request(request: GenerationRequest) -> None:
 
 
 def _check_law(request: GenerationRequest) -> None:
-  """The sampling law's own rules (`infernix_jax.faithful`)."""
+  """The sampling law's own rules (`infernix_jax.faithful`): both laws need an output
+  constraint and no truncation, penalties or thinking budget; exact-finite also needs a
+  finite language (onestep takes any constraint: grammars, JSON, regex, unbounded)."""
   from infernix_jax import faithful
   law = request.sampling_law
   if law not in faithful.LAWS:
@@ -51,10 +54,14 @@ def _check_law(request: GenerationRequest) -> None:
   if law == "local":
     return
   if request.constraint is None or request.tools is not None:
+    got = 'tools' if request.tools is not None else 'no constraint'
+    if law == "exact-finite":
+      raise FeatureConflictError(
+          f"sampling_law={law!r} needs a finite output constraint (a choice, an enum-only "
+          f"JSON Schema with max_whitespace=0, a bounded grammar) and no tools; got {got}")
     raise FeatureConflictError(
-        f"sampling_law={law!r} needs a finite output constraint (a choice, an enum-only JSON "
-        f"Schema with max_whitespace=0, a bounded grammar) and no tools; got "
-        f"{'tools' if request.tools is not None else 'no constraint'}")
+        f"sampling_law={law!r} needs an output constraint (a grammar, JSON Schema, regex or "
+        f"choice) and no tools; got {got}")
   s = request.sampling
   used = [name for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0),
                                  ("presence_penalty", 0.0), ("frequency_penalty", 0.0))
@@ -68,7 +75,8 @@ def _check_law(request: GenerationRequest) -> None:
     raise FeatureConflictError(
         f"sampling_law={law!r} cannot be combined with thinking_budget: the law covers the "
         f"constrained content only")
-  faithful.check_finite_kind(request.constraint)
+  if law == "exact-finite":
+    faithful.check_finite_kind(request.constraint)
 
 
 def build_session(request: GenerationRequest, compiler: Any):

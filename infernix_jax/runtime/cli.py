@@ -64,8 +64,8 @@ flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite", "onestep"],
                   "exact-finite: p(y) restricted to the constraint's whole outputs (a finite "
                   "constraint: choice, enum-only JSON Schema, bounded grammar; greedy = the most "
                   "probable output summed over its tokenizations); onestep: each token weighted "
-                  "by the legal mass one step after it (an estimate of exact-finite; finite "
-                  "constraints only for now).")
+                  "by the legal mass one step after it (an estimate of exact-finite for any "
+                  "constraint, unbounded ones included; extra target forwards per round).")
 flags.DEFINE_integer("thinking-budget", None, "Reasoning tokens allowed before the engine "
                      "closes the thinking block itself (Qwen thinking prompts; default: none).")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")

@@ -141,7 +141,8 @@ class Engine:
     return request.request_id
 
   def _law(self, request: GenerationRequest, session, report):
-    """The exact-finite law of a request (target forwards over its token trie, cached).
+    """The sampling law of a request: exact-finite (target forwards over its token trie,
+    cached) or onestep (forwards while decoding, added to the report as they run).
 
     Raises:
       FeatureConflictError: the callback bridge, or a framed (thinking) output.
@@ -149,6 +150,7 @@ class Engine:
     """
     from infernix_jax import faithful
     from infernix_jax.constrain.errors import FeatureConflictError
+    from infernix_jax.faithful.onestep import OneStepLaw
     if self.bridge != "stages":
       raise FeatureConflictError(
           f"sampling_law={request.sampling_law!r} needs the engine's stages bridge (got "
@@ -160,6 +162,10 @@ class Engine:
     if self._laws is None:
       self._laws = faithful.LawCache()
     law, seconds = self._laws.get(request, self.compiler, self.graphdef, self.state, self.cfg)
+    if isinstance(law, OneStepLaw):
+      law.report = report  # its law_forwards / law_tokens / law_seconds grow every round
+      report.law_seconds = seconds
+      return law
     report.law_trie_nodes = law.trie.size
     if seconds:
       report.law_forwards, report.law_tokens = law.cost.forwards, law.cost.tokens
