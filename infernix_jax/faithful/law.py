@@ -75,12 +75,14 @@ class ExactFiniteLaw:
   @classmethod
   def search(cls, graphdef: Any, state: Any, cfg: Any, prompt, session: Any, vocab: Any,
              temperature: float, *, tolerance: float = 0.0, max_nodes: int, max_depth: int,
-             name: str = "the constraint") -> ExactFiniteLaw:
+             name: str = "the constraint", width: int = 64
+             ) -> ExactFiniteLaw:
     """The law from a best-first trie (`faithful.search.expand`), without the whole trie.
 
     Greedy (T = 0): expands until the most probable member is certain; greedy_path is exact.
     Sampling: expands until μ* restricted to the members found is within `tolerance` of μ*
-    in total variation (0: the whole language; the law is μ*).
+    in total variation (0: the whole language; the law is μ*). `width`: trie nodes (with
+    their ancestors) scored per round.
 
     Raises:
       FeatureConflictError: no member of positive probability.
@@ -89,7 +91,7 @@ class ExactFiniteLaw:
     from infernix_jax.constrain.errors import FeatureConflictError
     from infernix_jax.faithful import search as _search
     t = float(temperature) if temperature > 0 else 1.0
-    scorer = _target.TreeScorer(graphdef, state, cfg, prompt, vocab.size, t)
+    scorer = _target.TreeScorer(graphdef, state, cfg, prompt, vocab.size, t, width)
     found = _search.expand(scorer, session, vocab, greedy=temperature <= 0,
                            tolerance=tolerance, max_nodes=max_nodes, max_depth=max_depth,
                            name=name)

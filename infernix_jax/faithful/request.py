@@ -46,7 +46,9 @@ class LawCache:
                        candidates=self.candidates)
       return law, time.perf_counter() - t0
     t = float(request.sampling.temperature)
-    key = (compiled.key, tuple(request.prompt_ids), t > 0 and t, request.sampling_law)
+    tolerance = float(request.law_tolerance)
+    key = (compiled.key, tuple(request.prompt_ids), t > 0 and t, request.sampling_law,
+           t > 0 and tolerance)
     law = self._laws.get(key)
     if law is not None:
       self._laws.move_to_end(key)
@@ -54,10 +56,16 @@ class LawCache:
     kind = str(getattr(request.constraint.kind, "value", request.constraint.kind))
     source = str(request.constraint.source)
     name = f"the {kind} constraint {source[:60]!r}{'...' if len(source) > 60 else ''}"
-    trie = build(compiled.new_session(), compiler.vocab, max_nodes=self.max_nodes,
-                 max_depth=self.max_depth, name=name)
-    law = ExactFiniteLaw.compute(graphdef, state, cfg, request.prompt_ids, trie,
-                                 compiler.vocab, t)
+    if t > 0 and tolerance == 0:
+      trie = build(compiled.new_session(), compiler.vocab, max_nodes=self.max_nodes,
+                   max_depth=self.max_depth, name=name)
+      law = ExactFiniteLaw.compute(graphdef, state, cfg, request.prompt_ids, trie,
+                                   compiler.vocab, t)
+    else:  # greedy's certified argmax, or sampling within the tolerance: best first
+      law = ExactFiniteLaw.search(graphdef, state, cfg, request.prompt_ids,
+                                  compiled.new_session(), compiler.vocab, t,
+                                  tolerance=tolerance, max_nodes=self.max_nodes,
+                                  max_depth=self.max_depth, name=name)
     self._laws[key] = law
     while len(self._laws) > self.size:
       self._laws.popitem(last=False)

@@ -51,6 +51,14 @@ def _check_law(request: GenerationRequest) -> None:
   law = request.sampling_law
   if law not in faithful.LAWS:
     raise ValueError(f"sampling_law={law!r} must be one of {', '.join(faithful.LAWS)}")
+  tolerance = request.law_tolerance
+  if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
+      0.0 <= tolerance < 1.0):
+    raise ValueError(f"law_tolerance={tolerance!r} must be a number in [0, 1) (the total "
+                     f"variation to μ* allowed; 0 = exact)")
+  if tolerance and law != "exact-finite":
+    raise ValueError(f"law_tolerance={tolerance!r} applies to sampling_law='exact-finite' "
+                     f"only (got sampling_law={law!r})")
   if law == "local":
     return
   if request.constraint is None or request.tools is not None:

@@ -167,6 +167,7 @@ class Engine:
       report.law_seconds = seconds
       return law
     report.law_trie_nodes = law.trie.size
+    report.law_tv_bound, report.law_stop = law.tv_bound, law.stop
     if seconds:
       report.law_forwards, report.law_tokens = law.cost.forwards, law.cost.tokens
       report.law_seconds = seconds

@@ -91,6 +91,11 @@ class GenerationRequest:
   # finite constraint (`infernix_jax.faithful`; greedy = the most probable member);
   # "onestep" weights each token by the legal mass one step after it (an estimate of μ*).
   sampling_law: str = "local"
+  # exact-finite only. Greedy always takes the exact most probable member, found best first
+  # (`faithful.search`). Sampling: 0 computes Φ over the whole token trie (μ* exactly); a
+  # tolerance > 0 expands the trie best first until μ* restricted to the members found is
+  # within that total variation of μ* (certified), skipping improbable tokenizations.
+  law_tolerance: float = 0.0
 
   def __post_init__(self):
     if not self.request_id:
@@ -132,11 +137,15 @@ class ConstraintReport:
   lookahead_seconds: float = 0.0  # lookahead + mask filling + masked-q redraws
   accept_seconds: float = 0.0  # preview + commit / discard
   jump_forward_tokens: int = 0  # drafts proposed by grammar jump-forward
-  # sampling_law="exact-finite": the token trie and the target forwards that computed Φ
+  # sampling_law other than "local": the token trie (exact-finite) and the target forwards
+  # that computed Φ (exact-finite) or Φ̂ (onestep, counted as decoding runs)
   law_trie_nodes: int = 0
   law_forwards: int = 0
   law_tokens: int = 0
   law_seconds: float = 0.0  # trie walk + forwards (0 when the engine's law cache hit)
+  law_tv_bound: float = 0.0  # exact-finite: certified TV to μ* of the law sampled (0: exact)
+  law_stop: str = ""  # exact-finite: "complete" (whole trie), "greedy" or "tolerance"
+
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)

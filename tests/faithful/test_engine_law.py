@@ -60,6 +60,29 @@ def test_engine_samples_follow_mu_star(name):
   assert report.law_trie_nodes > 0
 
 
+def test_law_tolerance_samples_follow_the_certified_law():
+  """law_tolerance > 0: the engine samples μ* restricted to the members a best-first search
+  found (oracle: the FP64 μ* renormalized over them), whose TV to μ* the report bounds."""
+  from flax import nnx
+
+  from infernix_jax import faithful
+  mu, _ = oracle()
+  cfg, model = h.tiny_model()
+  g, s = nnx.split(model)
+  session = ic.ConstraintCompiler(h.toy_vocab()).compile(SPEC).new_session()
+  law = faithful.ExactFiniteLaw.search(g, s, cfg, PROMPT, session, h.toy_vocab(), 1.0,
+                                       tolerance=0.2, max_nodes=10_000, max_depth=64)
+  kept = set(law.distribution())
+  assert law.stop == "tolerance" and kept < set(mu)  # some members were left out
+  results = outputs(engine("jump+ngram"), requests(N, law_tolerance=0.2))
+  report = results[0].constraint
+  assert report.law_stop == "tolerance" and report.law_tv_bound == pytest.approx(law.tv_bound)
+  samples = [tuple(r.token_ids) for r in results]
+  z = sum(mu[m] for m in kept)
+  assert h.chi_square_pvalue({m: mu[m] / z for m in kept}, samples) > 1e-3
+  assert 0.5 * sum(abs(mu[m] - (mu[m] / z if m in kept else 0.0)) for m in mu) <= 0.2
+
+
 def test_onestep_law_through_the_engine():
   """sampling_law="onestep" (finite constraint): samples follow its FP64 oracle."""
   want = onestep_oracle()
@@ -146,7 +169,14 @@ def test_invalid_combinations_are_refused():
         '{"enum": [1, 2]}'), sampling_law="exact-finite"))
   with pytest.raises(ic.ConstraintError, match="max_depth=64"):
     eng.submit(GenerationRequest(PROMPT, MAX_TOKENS, constraint=ic.OutputConstraint.regex("a+"),
-                                 sampling_law="exact-finite"))
+                                 sampling_law="exact-finite",
+                                 sampling=SamplingOptions(temperature=1.0)))
+  for bad in (-0.1, 1.0, "0.1", True):
+    with pytest.raises(ValueError, match="law_tolerance=.* must be a number in"):
+      eng.submit(GenerationRequest(PROMPT, MAX_TOKENS, constraint=SPEC,
+                                   sampling_law="exact-finite", law_tolerance=bad))
+  with pytest.raises(ValueError, match="applies to sampling_law='exact-finite' only"):
+    eng.submit(GenerationRequest(PROMPT, MAX_TOKENS, constraint=SPEC, law_tolerance=0.1))
   with pytest.raises(ic.ConstraintError, match="needs the engine's stages bridge"):
     engine("none", "callback").submit(requests(1)[0])
   assert not eng.busy
