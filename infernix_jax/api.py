@@ -266,7 +266,7 @@ class LLM:
               stop: Sequence[str] | str | None = None, thinking_budget: int | None = None,
               on_token: Callable | None = None, request_id: str = "",
               max_drafts: int | None = None,
-              sampling_law: str = "local") -> PreparedRequest:
+              sampling_law: str = "local", law_tolerance: float = 0.0) -> PreparedRequest:
     """Validates a request and compiles its constraint (the compile cache keeps it).
 
     Args:
@@ -294,6 +294,9 @@ class LLM:
         `infernix_jax.faithful`), or "onestep" (each token weighted by the legal mass one
         step after it, an estimate of exact-finite for any constraint, unbounded ones
         included, at extra target forwards per decoded position).
+      law_tolerance: exact-finite sampling only: 0 computes the law over every output;
+        a tolerance in (0, 1) stops once the outputs left out weigh at most that total
+        variation (certified: stats['constraint']['law_tv_bound']); far cheaper on large sets.
 
     Raises:
       RequestError: an invalid parameter (its name in `.param`, the location inside it in the
@@ -366,11 +369,12 @@ class LLM:
                                 stop=tuple(stop or ()), on_token=on_token,
                                 thinking_budget=thinking_budget, backend=backend,
                                 request_id=request_id, max_drafts=max_drafts,
-                                sampling_law=sampling_law)
+                                sampling_law=sampling_law, law_tolerance=law_tolerance)
     try:
       check_request(request)
     except ValueError as e:
-      param = next((p for p in ("sampling_law", "thinking_budget", "max_drafts")
+      param = next((p for p in ("law_tolerance", "sampling_law", "thinking_budget",
+                                "max_drafts")
                     if p in str(e)), "prompt")
       raise RequestError(param, str(e)) from None
     return PreparedRequest(request=request, prompt=text, framing=framing)

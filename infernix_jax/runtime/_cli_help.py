@@ -18,7 +18,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("drafting", ("drafter", "k", "ngram-n", "jump-forward", "masked-q", "draft-model",
                   "drafter-weights", "bridge")),
     ("sampling", ("temperature", "top-k", "top-p", "min-p", "seed", "presence-penalty",
-                  "frequency-penalty", "max-tokens", "sampling-law")),
+                  "frequency-penalty", "max-tokens", "sampling-law", "law-tolerance")),
     ("output", ("json-out", "stream", "warmup", "compile-cache")),
 )
 

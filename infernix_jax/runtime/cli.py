@@ -66,6 +66,10 @@ flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite", "onestep"],
                   "probable output summed over its tokenizations); onestep: each token weighted "
                   "by the legal mass one step after it (an estimate of exact-finite for any "
                   "constraint, unbounded ones included; extra target forwards per round).")
+flags.DEFINE_float("law-tolerance", 0.0, "exact-finite sampling: 0 computes the law over "
+                  "every output of the constraint; a tolerance in (0, 1) expands them most "
+                  "probable first and stops once those left out weigh at most that total "
+                  "variation (certified; far cheaper on large label sets).")
 flags.DEFINE_integer("thinking-budget", None, "Reasoning tokens allowed before the engine "
                      "closes the thinking block itself (Qwen thinking prompts; default: none).")
 flags.DEFINE_string("json-schema-file", None, "Constrain the output to this JSON Schema.")
@@ -139,6 +143,11 @@ def _validate() -> None:
     raise UsageError(f"--min-p={f['min-p'].value} must be in [0, 1]")
   if f["top-k"].value < 0:
     raise UsageError(f"--top-k={f['top-k'].value} must be >= 0")
+  tolerance = f["law-tolerance"].value
+  if not 0 <= tolerance < 1:
+    raise UsageError(f"--law-tolerance={tolerance} must be in [0, 1)")
+  if tolerance and f["sampling-law"].value != "exact-finite":
+    raise UsageError(f"--law-tolerance={tolerance} applies to --sampling-law=exact-finite only")
   from infernix_jax.models import unrolled
   if f.layout is not None and f.layout not in unrolled.LAYOUTS:
     raise UsageError(f"--layout={f.layout!r} must be one of {', '.join(unrolled.LAYOUTS)}")
@@ -327,7 +336,8 @@ def _prepare():
       check_request(GenerationRequest([0], max_tokens=1, sampling=_sampling(),
                                       constraint=constraint, tools=tools,
                                       thinking_budget=f["thinking-budget"].value,
-                                      sampling_law=f["sampling-law"].value))
+                                      sampling_law=f["sampling-law"].value,
+                                      law_tolerance=f["law-tolerance"].value))
     except ValueError as e:
       raise UsageError(f"--sampling-law: {e}") from None
   for pointer, keyword in dropped:
@@ -418,7 +428,8 @@ def generate() -> dict:
                               stop=tuple(f.stop or ()), on_token=stream,
                               thinking_budget=f["thinking-budget"].value,
                               backend=None if f.backend == "auto" else f.backend,
-                              sampling_law=f["sampling-law"].value)
+                              sampling_law=f["sampling-law"].value,
+                              law_tolerance=f["law-tolerance"].value)
   result = engine.generate([request])[0]
   if f.stream:
     sys.stdout.write("\n")

@@ -38,3 +38,27 @@ def test_exact_finite_on_the_embedded_model(llm):
   report = out.result.constraint
   assert report.law_trie_nodes > 3 and report.law_forwards >= 2 and report.law_seconds > 0
   print(report.law_trie_nodes, report.law_forwards, report.law_tokens, report.law_seconds)
+
+
+@pytest.mark.parametrize("options", [
+    dict(sampling_law="exact-finite", choice=["a", "b"], temperature=1.0, law_tolerance=1.5),
+    dict(choice=["a", "b"], law_tolerance=0.1),
+])
+def test_errors_name_law_tolerance(llm, options):
+  from infernix_jax import RequestError
+  with pytest.raises(RequestError) as e:
+    llm.prepare("hi", **options)
+  assert e.value.param == "law_tolerance", e.value
+
+
+def test_law_tolerance_on_a_real_label_set(llm):
+  """A choice over 60 multi-token names (every tokenization counted): sampling within a 5%
+  tolerance stops best first, certifies its bound, and outputs a member."""
+  from experiments.trie_repro.enum_sets import tool_names
+  names = tool_names(60)
+  out = llm.generate("Pick the tool to send a message.", choice=names, max_tokens=16,
+                     sampling_law="exact-finite", temperature=1.0, seed=3, law_tolerance=0.05)
+  assert out.text in names, out.text
+  report = out.stats["constraint"]
+  assert report["law_stop"] == "tolerance" and 0 < report["law_tv_bound"] <= 0.05
+  assert report["law_forwards"] >= 2

@@ -32,6 +32,8 @@ def test_sampling_and_constraints_are_translated():
     assert chat(structured_outputs={key: value}).options == want
   assert chat(max_completion_tokens=9).options == {"max_tokens": 9}
   assert chat(sampling_law="exact-finite").options == {"sampling_law": "exact-finite"}
+  assert chat(sampling_law="exact-finite", law_tolerance=0.01).options == {
+      "sampling_law": "exact-finite", "law_tolerance": 0.01}
   assert chat(response_format=fmt).field("json_schema") == "response_format.json_schema.schema"
   assert chat(structured_outputs={"json": schema}).field("json_schema") == (
       "structured_outputs.json")
@@ -102,6 +104,8 @@ def test_speculative_options():
     ({"messages": MSG, "speculative": {"depth": 2}}, "speculative.depth"),
     ({"messages": MSG, "unknown_field": 1}, "unknown_field"),
     ({"messages": MSG, "sampling_law": 1}, "sampling_law"),
+    ({"messages": MSG, "law_tolerance": "small"}, "law_tolerance"),
+    ({"messages": MSG, "law_tolerance": -1}, "law_tolerance"),
     ([1, 2], "body"),
 ])
 def test_errors_name_the_field(body, param):
