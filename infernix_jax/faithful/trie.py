@@ -147,8 +147,9 @@ def build(session: Any, vocab: Any, *, max_nodes: int = DEFAULT_MAX_NODES,
       if len(parent) >= max_nodes:
         raise LanguageTooLargeError(
             f"sampling_law='exact-finite': {name} has more than max_nodes={max_nodes} token "
-            f"sequences (prefixes of members, every tokenization counted); shrink the language "
-            f"or use sampling_law='local'")
+            f"sequences (prefixes of members, every tokenization counted); shrink the language, "
+            f"sample within a law_tolerance (best first, certified) or use "
+            f"sampling_law='local'")
       child = len(parent)
       parent.append(node)
       token.append(t)
