@@ -29,6 +29,7 @@ STUDIES = {
     "trie": "experiments.studies.trie",                # the trie paper's compile/per-step study
     "exactness": "experiments.studies.exactness",      # correct vs naive acceptance rules
     "faithful": "experiments.studies.faithful",        # local law vs μ* on a bounded Dyck grammar
+    "faithful_acceptance": "experiments.studies.faithful_acceptance",  # drafters: exact-finite vs local
     # greedy classification: token-level (local) vs label-level argmax (exact-finite)
     "faithful_classification": "experiments.studies.faithful_classification",
 }

