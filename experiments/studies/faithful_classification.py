@@ -37,7 +37,7 @@ def run_cell(c, ctx) -> Iterator[dict]:
   from infernix_jax.runtime.cli import frame_prompt
 
   target = _target(c, ctx)
-  cfg, model, tok, vocab, compiler = target
+  tok = target[2]
   items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
                                 template=c.template, constrained=True), c)
   eng = ctx.get("engine", (c.model, c.lanes, c.capacity), lambda: _engine(c, target))

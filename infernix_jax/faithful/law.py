@@ -105,7 +105,7 @@ class ExactFiniteLaw:
     law.greedy_path = law._greedy(vocab)
     return law
 
-  def onestep(self) -> "ExactFiniteLaw":
+  def onestep(self) -> ExactFiniteLaw:
     """The same trie under the one-step estimate Φ̂(y t) = Σ_{u legal after y t} p(u | y t):
     p̂*(t | y) ∝ p(t | y)·Φ̂(y t). On a finite trie it costs nothing beyond the exact law's
     forwards (the legal mass at each node is already there); it exists to measure the
