@@ -13,14 +13,9 @@ from infernix_jax.faithful.law import GREEDY_BLOCK, LAWS, ExactFiniteLaw
 from infernix_jax.faithful.onestep import OneStepLaw
 from infernix_jax.faithful.request import LawCache
 from infernix_jax.faithful.target import ForwardCost, log_phi, node_logprobs
-from infernix_jax.faithful.trie import (
-                                        DEFAULT_MAX_DEPTH,
-                                        DEFAULT_MAX_NODES,
-                                        LanguageTooLargeError,
-                                        TokenTrie,
-                                        build,
-                                        check_finite_kind,
-)
+from infernix_jax.faithful.trie import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NODES,
+                                        LanguageTooLargeError, TokenTrie, build,
+                                        check_finite_kind)
 
 __all__ = [
     "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_NODES", "GREEDY_BLOCK", "LAWS", "ExactFiniteLaw",
