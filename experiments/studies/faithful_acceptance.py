@@ -170,7 +170,7 @@ def _llm(c, ctx):
   llm = ctx.get("llm", (c.model, c.drafter, c.k, c.lanes, c.capacity),
                 lambda: LLM(c.model, drafter=name, k=c.k, jump_forward=jump, lanes=c.lanes,
                             capacity=c.capacity, layout="stacked"))
-  llm.engine._laws = laws  # the engine's law cache (created on its first non-local request)
+  llm.engine.law_cache = laws  # shared by every drafter's engine
   return llm
 
 

@@ -96,7 +96,9 @@ class Engine:
     self.device_automaton = device_automaton
     self.host = RoundHost(lanes, self.drafter, vocab, spec, device_automaton=device_automaton)
     self.host.vm = self.cfg.vocab_size
-    self._laws = None  # faithful.LawCache, created by the first non-local request
+    # faithful.LawCache of exact-finite laws (None: created by the first non-local request);
+    # engines may share one (laws depend on the target, constraint, prompt and T only)
+    self.law_cache = None
     dparams, dstate = self._place.drafter(
         *(self.drafter.init(spec) if self.drafter.on_device else (None, None)))
     self._dparams = dparams
@@ -159,9 +161,9 @@ class Engine:
       raise FeatureConflictError(
           f"sampling_law={request.sampling_law!r} needs a plain content constraint: this "
           f"prompt opens a thinking block, so the output is framed")
-    if self._laws is None:
-      self._laws = faithful.LawCache()
-    law, seconds = self._laws.get(request, self.compiler, self.graphdef, self.state, self.cfg)
+    if self.law_cache is None:
+      self.law_cache = faithful.LawCache()
+    law, seconds = self.law_cache.get(request, self.compiler, self.graphdef, self.state, self.cfg)
     if isinstance(law, OneStepLaw):
       law.report = report  # its law_forwards / law_tokens / law_seconds grow every round
       report.law_seconds = seconds
