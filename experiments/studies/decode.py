@@ -148,7 +148,9 @@ def label(ov: dict) -> str:
   return " ".join(parts) or "base"
 
 
-def _accepted_length(rows) -> float:
+def accepted_length(rows) -> float:
+  """Tokens per target verify round over request records: (accepted drafts + rounds) /
+  rounds (each round commits its accepted drafts and one token of the target)."""
   rounds = sum(r["rounds"] for r in rows)
   return (sum(r["accepted"] for r in rows) + rounds) / max(rounds, 1)
 
@@ -185,7 +187,7 @@ def _effects(cells, ov, by_cell) -> list:
       if ov[c].get(axis) is True and by_cell.get(c):
         other = index.get(tuple(sorted((k, str(v)) for k, v in ov[c].items() if k != axis)))
         if other:
-          ratios.append((_accepted_length(by_cell[c]) / _accepted_length(by_cell[other]),
+          ratios.append((accepted_length(by_cell[c]) / accepted_length(by_cell[other]),
                          label({k: v for k, v in ov[c].items() if k != axis})))
     if ratios:
       vals = sorted(r for r, _ in ratios)
@@ -242,7 +244,7 @@ def summarize(records, c, out: Path) -> str:
   # Accepted length per drafter and workload (one bar group per workload).
   wl = list(dict.fromkeys(r["workload"] for r in reqs))
   shown, caption = _plotted(cells, ov, by_cell)
-  series = {w: [_accepted_length([r for r in by_cell[cell] if r["workload"] == w])
+  series = {w: [accepted_length([r for r in by_cell[cell] if r["workload"] == w])
                 for cell in shown] for w in wl}
   if shown:
     name = plots.grouped_bars(out / "accepted_length.png", [label(ov[c]) for c in shown], series,

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from experiments.runner import plots
+from experiments.studies.decode import accepted_length
 
 LAWS = ("local", "exact-finite")
 
@@ -221,13 +222,6 @@ def run_cell(c, ctx) -> Iterator[dict]:
 
 
 # --- summary -------------------------------------------------------------------------------
-def accepted_length(reqs: Sequence[dict]) -> float:
-  """Tokens per target verify round over requests: (accepted drafts + rounds) / rounds (each
-  round commits its accepted drafts and one token of the target: correction or bonus)."""
-  rounds = sum(r["rounds"] for r in reqs)
-  return (sum(r["accepted"] for r in reqs) + rounds) / rounds if rounds else 0.0
-
-
 def acceptance_rate(reqs: Sequence[dict]) -> float:
   """Accepted drafts / drafted tokens over requests (0 when nothing was drafted)."""
   drafted = sum(r["drafted"] for r in reqs)

@@ -60,15 +60,25 @@ class ExactFiniteLaw:
     Raises:
       FeatureConflictError: the language has no member with positive probability.
     """
-    from infernix_jax.constrain.errors import FeatureConflictError
     t = float(temperature) if temperature > 0 else 1.0
     edge, eos, cost = _target.node_logprobs(graphdef, state, cfg, prompt, trie, vocab.size, t)
+    return cls._build(trie, edge, eos, cost, t, vocab)
+
+  @classmethod
+  def _build(cls, trie: TokenTrie, edge, eos, cost, t: float, vocab: Any,
+             **extra) -> ExactFiniteLaw:
+    """The law from the node log-probabilities: Φ, the refusal of an empty law, greedy_path.
+
+    Raises:
+      FeatureConflictError: no member of positive probability.
+    """
+    from infernix_jax.constrain.errors import FeatureConflictError
     phi = _target.log_phi(trie, edge, eos)
     if not np.isfinite(phi[0]):
       raise FeatureConflictError(
           "sampling_law='exact-finite': every member of the constraint's language has "
           "probability 0 under the target (or the language is empty)")
-    law = cls(trie=trie, temperature=t, edge=edge, eos=eos, log_phi=phi, cost=cost)
+    law = cls(trie=trie, temperature=t, edge=edge, eos=eos, log_phi=phi, cost=cost, **extra)
     law.greedy_path = law._greedy(vocab)
     return law
 
@@ -88,22 +98,14 @@ class ExactFiniteLaw:
       FeatureConflictError: no member of positive probability.
       LanguageTooLargeError: the budgets run out before the stopping rule holds.
     """
-    from infernix_jax.constrain.errors import FeatureConflictError
     from infernix_jax.faithful import search as _search
     t = float(temperature) if temperature > 0 else 1.0
     scorer = _target.TreeScorer(graphdef, state, cfg, prompt, vocab.size, t, width)
     found = _search.expand(scorer, session, vocab, greedy=temperature <= 0,
                            tolerance=tolerance, max_nodes=max_nodes, max_depth=max_depth,
                            name=name)
-    phi = _target.log_phi(found.trie, found.edge, found.eos)
-    if not np.isfinite(phi[0]):
-      raise FeatureConflictError(
-          "sampling_law='exact-finite': every member of the constraint's language has "
-          "probability 0 under the target (or the language is empty)")
-    law = cls(trie=found.trie, temperature=t, edge=found.edge, eos=found.eos, log_phi=phi,
-              cost=found.cost, tv_bound=found.tv_bound, stop=found.stop)
-    law.greedy_path = law._greedy(vocab)
-    return law
+    return cls._build(found.trie, found.edge, found.eos, found.cost, t, vocab,
+                      tv_bound=found.tv_bound, stop=found.stop)
 
   def onestep(self) -> ExactFiniteLaw:
     """The same trie under the one-step estimate Φ̂(y t) = Σ_{u legal after y t} p(u | y t):

@@ -25,24 +25,17 @@ import numpy as np
 
 from infernix_jax import mask_layout
 from infernix_jax.faithful.law import GREEDY_BLOCK
-from infernix_jax.faithful.target import ForwardCost
+from infernix_jax.faithful.target import ForwardCost, pow2
+from infernix_jax.pallas._sampling import unpack_legal
 
 DEFAULT_CANDIDATES = 16  # legal tokens per position whose Φ̂ is evaluated (the most probable)
 PREFILL_OVER = 64  # output tokens not yet in the law's cache: above this, prefilled first
 MIN_ROWS = 8  # positions and candidates of a call are powers of two from here (few compiles)
 
 
-def _pow2(n: int, minimum: int = 1) -> int:
-  size = minimum
-  while size < n:
-    size *= 2
-  return size
-
-
 def _unpack(words, vocab_size: int):
-  """Packed masks i32[..., W] -> bool[..., V] on the device (`mask_layout` bit order)."""
-  bits = (words[..., None] >> jnp.arange(32, dtype=jnp.int32)) & 1  # [..., W, 32]
-  return bits.reshape(*words.shape[:-1], -1)[..., :vocab_size].astype(bool)
+  """Packed masks i32[N, W] -> bool[N, V] on the device (`mask_layout` bit order)."""
+  return unpack_legal(words, jnp.ones(words.shape[:1], bool), vocab_size, vocab_size)
 
 
 @functools.partial(jax.jit, static_argnames=("vocab_size", "top"))
@@ -189,7 +182,7 @@ class OneStepLaw:
                     min(len(held), need))
     pending = seq[common:need]
     if len(pending) > PREFILL_OVER:  # a long prompt: chunked prefill first
-      head = np.zeros((1, _pow2(len(pending), 16)), np.int32)  # [1, T]
+      head = np.zeros((1, pow2(len(pending), 16)), np.int32)  # [1, T]
       self._grow(common + head.shape[1])
       head[0, :len(pending)] = pending
       _, _, self._cache = im.prefill(self.graphdef, self.state,
@@ -199,7 +192,7 @@ class OneStepLaw:
       self.cost.tokens += len(pending)
       common, pending = need, []
     row = pending + [seq[-1]] + drafts
-    width = _pow2(len(row), MIN_ROWS)
+    width = pow2(len(row), MIN_ROWS)
     self._grow(common + width)
     tokens = np.zeros((1, width), np.int32)  # [1, Q]
     tokens[0, :len(row)] = row
@@ -210,7 +203,7 @@ class OneStepLaw:
     self._held, self._anchor = seq[:need], seq[-1]
     self.cost.forwards += 1
     self.cost.tokens += width
-    p = _pow2(len(ready), MIN_ROWS)
+    p = pow2(len(ready), MIN_ROWS)
     at = np.full((p,), len(pending) + ready[-1], np.int32)  # [P]
     at[:len(ready)] = [len(pending) + i for i in ready]
     words = np.zeros((p, self.w), np.int32)  # [P, W]
@@ -241,7 +234,7 @@ class OneStepLaw:
         words.append(buf[i + 1].copy())
     if not nodes:
       return [(ids, lp, np.zeros(0)) for ids, lp, _ in per]
-    q = _pow2(1 + len(chain) + len(nodes), 16)  # buckets bound the compiles
+    q = pow2(1 + len(chain) + len(nodes), 16)  # buckets bound the compiles
     tokens = np.zeros((1, q), np.int32)  # [1, Q]: the anchor, the chain, the candidates
     depth = np.zeros((1, q), np.int32)
     ancestors = np.zeros((1, q, q), bool)  # [1, Q, Q]
@@ -253,7 +246,7 @@ class OneStepLaw:
       tokens[0, j], depth[0, j] = tok, i + 1
       ancestors[0, j, :i + 1] = True  # the anchor and drafts[:i]
       at.append(j)
-    r = _pow2(len(nodes), MIN_ROWS)
+    r = pow2(len(nodes), MIN_ROWS)
     at_ = np.zeros((r,), np.int32)  # [R]
     at_[:len(nodes)] = at
     words_ = np.zeros((r, self.w), np.int32)  # [R, W]
@@ -313,7 +306,7 @@ class OneStepLaw:
     """Makes the one-row cache hold at least `capacity` positions (prefilled the first time
     with nothing: `_positions` appends the prompt like any uncached output)."""
     from infernix_jax import models as im
-    size = _pow2(capacity, 64)
+    size = pow2(capacity, 64)
     if self._cache is None:
       self._cache = im.KVCache.init(self.cfg, batch=1, capacity=size)
     elif self._cache.capacity < size:

@@ -30,7 +30,8 @@ class ForwardCost:
     return dataclasses.asdict(self)
 
 
-def _pow2(n: int, minimum: int = 1) -> int:
+def pow2(n: int, minimum: int = 1) -> int:
+  """The least power of two >= n and >= minimum (shape buckets bound the compiles)."""
   size = minimum
   while size < n:
     size *= 2
@@ -111,9 +112,9 @@ class TreeScorer:
     self.prompt = [int(t) for t in prompt]
     self.cost = ForwardCost()
     n = len(self.prompt) - 1
-    self.cache = im.KVCache.init(cfg, batch=1, capacity=_pow2(n + _pow2(1 + width, 16), 16))
+    self.cache = im.KVCache.init(cfg, batch=1, capacity=pow2(n + pow2(1 + width, 16), 16))
     if n:
-      head = np.zeros((1, _pow2(n, 16)), np.int32)
+      head = np.zeros((1, pow2(n, 16)), np.int32)
       head[0, :n] = self.prompt[:-1]
       _, _, self.cache = im.prefill(graphdef, state, self.cache, head,
                                     np.asarray([n], np.int32))
@@ -146,7 +147,7 @@ class TreeScorer:
     t0 = time.perf_counter()
     if len(nodes) > self.width:
       raise ValueError(f"{len(nodes)} nodes exceed the scorer's width {self.width}")
-    t = _pow2(1 + len(nodes), 16)  # buckets bound the compiles
+    t = pow2(1 + len(nodes), 16)  # buckets bound the compiles
     tokens = np.zeros((1, t), np.int32)  # [1, T]: the anchor, then the nodes
     depths = np.zeros((1, t), np.int32)
     ancestors = np.zeros((1, t, t), bool)  # [1, T, T]
@@ -158,7 +159,7 @@ class TreeScorer:
       ancestors[0, i] = ancestors[0, where[int(parent[node])]]
       ancestors[0, i, i] = True
       where[node] = i
-    c = _pow2(max((len(ids) for _, ids in want), default=1))
+    c = pow2(max((len(ids) for _, ids in want), default=1))
     idx = np.zeros((1, t, c), np.int32)  # [1, T, C]
     for node, ids in want:
       idx[0, where[node], :len(ids)] = ids
