@@ -2,10 +2,10 @@
 
 Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, W mask words.
 
-`RoundHost` is the one owner of host state: waiting requests, lanes, committed KV lengths
-and anchors, host drafters' state, finished results. The round (`_round.run_round`) calls
-its steps `begin` -> `masks` -> `commit`; the engine calls `admit`, the forced-close steps
-and `retire`. A row whose session, stream callback or numerics fail ends alone with a typed
+`RoundHost` is the one owner of host lane state: waiting requests, lanes, committed KV
+lengths and anchors, finished results (the drafter's state, host or device, lives in the
+round's `RoundState`). The round (`_round.run_round`) calls its steps `begin` -> `masks` ->
+`commit`; the engine calls `admit`, the forced-close steps and `retire`. A row whose session, stream callback or numerics fail ends alone with a typed
 error; every other row commits exactly as the protocol says.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime.drafters import Committed, DraftInput, Drafter, DrafterSpec, Proposal
+from infernix_jax.runtime.drafters import Committed, DraftInput, Drafter
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime.errors import (ConstraintDeadEnd, GenerationError, NonFiniteLogits,
                                          RequestCancelled, SessionFailure, StateIntegrityError)
@@ -30,13 +30,13 @@ class RoundHost:
 
   Args:
     lanes: B.
-    drafter: the engine's drafter (host drafters keep their state here).
+    drafter: the engine's drafter (its K and whether it takes forced tokens).
     vocab: the tokenizer's Vocabulary (V, EOS ids, decoding).
-    spec: what the drafter sizes its state by.
+    device_automaton: lanes whose backend exports an automaton take their masks on the
+      device.
   """
 
-  def __init__(self, lanes: int, drafter: Drafter, vocab: Any, spec: DrafterSpec,
-               device_automaton: bool = False):
+  def __init__(self, lanes: int, drafter: Drafter, vocab: Any, device_automaton: bool = False):
     b, k = lanes, drafter.k
     self.b, self.k, self.p = b, k, k + 1
     self.vocab, self.drafter = vocab, drafter
@@ -54,8 +54,6 @@ class RoundHost:
     self.dead_bit, self.nonfinite_bit, self.empty_bit = FLAG_DEAD_END, FLAG_NONFINITE, FLAG_EMPTY
     self.vm = vocab.padded_size  # Vm, the logits width (the engine sets its model's)
     self.bias_bufs: dict[int, np.ndarray] = {}  # [B, P', Vm] f32 per width (law lanes)
-    # Host drafters' state (device drafters keep theirs in the engine's device state).
-    self.draft_state = None if drafter.on_device else drafter.init(spec)[1]
     self.stats = collections.Counter()  # host seconds per step, mask bytes uploaded
     self.generation = 0  # bumped whenever a lane's request changes (per-lane params cache)
     # Trie-constrained lanes may take their masks from a device-resident automaton.
@@ -68,7 +66,7 @@ class RoundHost:
   def any_active(self) -> bool:
     return any(lane is not None for lane in self.lanes)
 
-  def on_device(self, lane: Lane | None) -> bool:
+  def automaton_lane(self, lane: Lane | None) -> bool:
     """Whether the lane's masks come from the device automaton (no host lookahead)."""
     if self.automata is None or lane is None or lane.session is None:
       return False
@@ -78,7 +76,7 @@ class RoundHost:
   def host_masked(self, lane: Lane | None) -> bool:
     """Whether the lane needs host lookahead masks this round."""
     return (lane is not None and lane.session is not None and lane.error is None
-            and lane.finish is None and not self.on_device(lane))
+            and lane.finish is None and not self.automaton_lane(lane))
 
   def any_constrained(self) -> bool:
     return any(self.host_masked(lane) for lane in self.lanes)
@@ -87,14 +85,14 @@ class RoundHost:
     """The DeviceAutomaton of the trie lanes (None when the option is off or none is active)."""
     if self.automata is None:
       return None
-    return self.automata.update([x.session for x in self.lanes if self.on_device(x)])
+    return self.automata.update([x.session for x in self.lanes if self.automaton_lane(x)])
 
   def automaton_rows(self) -> tuple[np.ndarray, np.ndarray]:
     """(nodes i32[B], rows bool[B]): each device-masked lane's state in the automaton."""
     nodes = np.zeros((self.b,), np.int32)
     rows = np.zeros((self.b,), bool)
     for i, lane in enumerate(self.lanes):
-      if self.on_device(lane) and lane.error is None and lane.finish is None:
+      if self.automaton_lane(lane) and lane.error is None and lane.finish is None:
         nodes[i], rows[i] = self.automata.node_of(lane.session), True
     return nodes, rows
 
@@ -125,8 +123,6 @@ class RoundHost:
       self.anchor[b] = admitted[b][-1]
     if admitted:
       self.generation += 1
-    if admitted and not self.drafter.on_device:
-      self.draft_state = self.drafter.extend(None, self.draft_state, admitted, None, reset=True)
     return admitted
 
   def retire(self) -> list[int]:
@@ -160,12 +156,8 @@ class RoundHost:
     lane.fail(SessionFailure(f"request {rid}: {where} raised {type(exc).__name__}: {exc}", rid))
 
   # --- step 1: round inputs ------------------------------------------------------------------
-  def begin(self, seed: np.ndarray) -> tuple[DraftInput, Proposal]:
-    """Draft limits, grammar-forced tokens and (host drafters) the proposal.
-
-    Returns:
-      (DraftInput, Proposal): numpy arrays; the proposal is empty for device drafters.
-    """
+  def begin(self, seed: np.ndarray) -> DraftInput:
+    """Draft limits and grammar-forced tokens: the drafter's input (numpy arrays)."""
     t0 = time.perf_counter()
     b, k = self.b, self.k
     self.limit.fill(0)
@@ -196,16 +188,11 @@ class RoundHost:
                      seed=np.asarray(seed, np.uint32),
                      position=self.positions(), limit=self.limit.copy(), forced=forced,
                      n_forced=n_forced)
-    if self.drafter.on_device:
-      from infernix_jax.pallas import OneHotQ
-      prop = Proposal(np.zeros((b, k), np.int32), np.zeros((b,), np.int32), OneHotQ())
-    else:
-      prop, self.draft_state = self.drafter.propose(None, self.draft_state, inp)
     for i, lane in enumerate(self.lanes):
       if lane is not None and lane.report is not None:
         lane.report.jump_forward_tokens += int(n_forced[i])  # drafted first, whole
     self.stats["begin_seconds"] += time.perf_counter() - t0
-    return inp, prop
+    return inp
 
   # --- step 2: masks -------------------------------------------------------------------------
   def masks(self, drafts: np.ndarray, n_drafts: np.ndarray):
@@ -384,8 +371,6 @@ class RoundHost:
       if finish is not None:
         lane.finish = finish
     committed = Committed(tokens=out_tokens, counts=counts)
-    if not self.drafter.on_device:
-      self.draft_state = self.drafter.advance(None, self.draft_state, committed)
     self.stats["commit_seconds"] += time.perf_counter() - t0
     return committed, poisoned
 
@@ -466,5 +451,3 @@ class RoundHost:
         continue
       if final:
         lane.finish = FinishReason.LENGTH
-    if not self.drafter.on_device:
-      self.draft_state = self.drafter.extend(None, self.draft_state, rows, None, reset=False)

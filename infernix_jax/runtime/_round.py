@@ -1,13 +1,19 @@
 """One decode round, written once; the two host bridges execute the same function.
 
 Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, W mask words,
-Vm logits width, D model width.
+Vm logits width, D model width, T appended tokens.
 
-  begin (host: limits, forced tokens, host drafts)
-  -> propose (device drafters) -> verify (target over [anchor, drafts])
+  begin (host: limits, forced tokens)
+  -> propose (the drafter) -> verify (target over [anchor, drafts])
   -> masks (host lookahead, only when a lane is constrained)
   -> finish (masked q, masked sampling, acceptance) -> commit (host protocol)
-  -> advance (device drafters: what was really committed) -> clear lanes that went non-finite
+  -> advance (the drafter: what was really committed) -> clear lanes that went non-finite
+
+This module is the only caller of drafter hooks (`init`, `propose`, `advance`, `extend`,
+`clear`). Where a drafter runs is its capability (`Drafter.on_device`) and this module's
+business: host drafters are called with numpy arrays (on the callback bridge through
+`io_callback`), device drafters are traced into the device steps. `RoundState` is the one
+owner of the cache and the drafter's state, host or device.
 
 `run_round` takes an executor: `StagesIO` runs host steps in Python between jitted device
 steps (the draft ids come back while the verify still runs: async dispatch gives the
@@ -36,11 +42,12 @@ from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class DeviceState:
-  """What the round threads through: the target's KV cache and the device drafter's state."""
+class RoundState:
+  """What the round threads through: the target's KV cache and the drafter's state (a
+  pytree of arrays for a device drafter, per-lane host objects for a host drafter)."""
 
   cache: Any
-  dstate: Any
+  draft: Any
 
 
 @jax.tree_util.register_dataclass
@@ -69,14 +76,11 @@ class RoundInputs:
 
   Attributes:
     draft: the drafter's DraftInput (anchor, lengths, seed, position, limit, forced tokens).
-    drafts: i32[B, K] host drafters' proposal (zeros for device drafters); n: i32[B].
     constrained: bool[] some lane needs host lookahead masks this round.
     nodes: i32[B] trie lanes' states in the device automaton; trie_rows: bool[B] those lanes.
   """
 
   draft: DraftInput
-  drafts: Any
-  n: Any
   constrained: Any
   nodes: Any
   trie_rows: Any
@@ -165,12 +169,13 @@ def advance_step(drafter, dparams, dstate, tokens, counts, hidden):
 
 
 def clear_step(drafter, cache, dstate, rows):
-  """Zeros the KV rows (and drafter rows) of lanes `rows` (bool[B]) that went non-finite:
-  attention multiplies masked positions by 0, and 0 * NaN would poison the next request."""
+  """Zeros the KV rows (and a device drafter's rows) of lanes `rows` (bool[B]) that went
+  non-finite: attention multiplies masked positions by 0, and 0 * NaN would poison the next
+  request."""
   keep = ~rows[None, :, None, None, None]
   cache = dataclasses.replace(cache, k=jnp.where(keep, cache.k, 0),
                               v=jnp.where(keep, cache.v, 0))
-  return cache, drafter.clear(dstate, rows)
+  return cache, drafter.clear(dstate, rows) if drafter.on_device else dstate
 
 
 _JIT = {
@@ -188,19 +193,15 @@ _JIT = {
 
 
 # --- the round -------------------------------------------------------------------------------
-def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
-  """One round over every lane -> (DeviceState, stop flag from the host's commit step)."""
+def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
+  """One round over every lane -> (RoundState, stop flag from the host's commit step)."""
   drafter = st.drafter
   inp = io.host("begin", token)
-  dstate = dev.dstate
-  if drafter.on_device:
-    prop, dstate = io.device(propose_step, drafter, args.dparams, dstate, inp.draft)
-  else:
-    prop = io.narrow(Proposal(inp.drafts, inp.n, OneHotQ()))
-  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, dev.cache,
+  prop, draft = io.propose(drafter, args.dparams, rs.draft, inp.draft)
+  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, rs.cache,
                                     inp.draft.lengths, inp.draft.anchor, prop.drafts,
                                     span=io.span(inp.draft.lengths, prop.drafts.shape[1] + 1,
-                                                 dev.cache))
+                                                 rs.cache))
   mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
@@ -211,28 +212,73 @@ def run_round(io, dev: DeviceState, args: RoundArgs, token, st: RoundStatics):
       inp.draft.position, bias, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
       drop_illegal=st.drop_illegal)
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
+  draft = io.advance(drafter, args.dparams, draft, out_tokens, counts, hidden)
+  cache, draft = io.clear(poisoned, drafter, cache, draft)
+  return RoundState(cache, draft), stop
+
+
+# --- drafter hooks outside a round -----------------------------------------------------------
+def init_drafter(drafter, spec, placement):
+  """(params, state) of the drafter for `spec.lanes` empty lanes; a device drafter's arrays
+  are placed on the engine's devices (`_placement`), a host drafter's state stays Python."""
+  params, state = drafter.init(spec)
   if drafter.on_device:
-    dstate = io.device(advance_step, drafter, args.dparams, dstate, out_tokens, counts, hidden)
-  cache, dstate = io.when(poisoned, clear_step, drafter, cache, dstate)
-  return DeviceState(cache, dstate), stop
+    params, state = placement.drafter(params, state)
+  return params, state
+
+
+def extend_drafter(drafter, params, rs: RoundState, rows, hidden, reset: bool) -> RoundState:
+  """The drafter learns tokens committed outside a round: prompts at admission (reset=True)
+  or a forced thinking close (appended), with the prefill's hidden states [B, T, D]."""
+  return RoundState(rs.cache, drafter.extend(params, rs.draft, rows, hidden, reset))
+
+
+def verified_widths(drafter) -> tuple[int, ...]:
+  """The draft widths K' a stages round may verify: a device drafter always proposes K; a
+  host proposal is narrowed to its longest lane (0 .. K)."""
+  return (drafter.k,) if drafter.on_device else tuple(range(drafter.k + 1))
+
+
+def finish_compiles_with_proposal(drafter) -> bool:
+  """Whether Finish compiles for a drafter's own q type on its first round (device drafters
+  produce their q in the round) rather than on one-hot q at warmup."""
+  return bool(drafter.on_device)
 
 
 class HostSteps:
-  """The host steps of a round over a `RoundHost`, as flat tuples of numpy arrays."""
+  """The host steps of a round over a `RoundHost`, as flat tuples of numpy arrays; on the
+  callback bridge it also holds a host drafter's state while a compiled loop runs."""
 
   def __init__(self):
     self.host = None  # the RoundHost of the engine running now (set before each call)
     self.stop_when = None  # callable() -> bool: leave the compiled loop after this round
+    self.drafter = None  # the host drafter proposing inside a compiled loop
+    self.draft_state = None  # its state during that loop
 
   def begin(self, token):
     """Round inputs; `token` (the previous round's stop flag) only orders this callback
     after that round's commit inside the compiled loop."""
     h = self.host
-    inp, prop = h.begin(self.seed)
+    inp = h.begin(self.seed)
     nodes, rows = h.automaton_rows()
-    return RoundInputs(draft=inp, drafts=np.asarray(prop.drafts, np.int32),
-                       n=np.asarray(prop.n, np.int32), constrained=np.bool_(h.any_constrained()),
-                       nodes=nodes, trie_rows=rows)
+    return RoundInputs(draft=inp, constrained=np.bool_(h.any_constrained()), nodes=nodes,
+                       trie_rows=rows)
+
+  def propose(self, inp):
+    """A host drafter's proposal inside the compiled loop -> (drafts i32[B, K], n i32[B])."""
+    prop, self.draft_state = self.drafter.propose(None, self.draft_state, inp)
+    return np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32)
+
+  def advance(self, tokens, counts):
+    """A host drafter learns what the compiled loop's round committed."""
+    self.draft_state = self.drafter.advance(None, self.draft_state, Committed(tokens, counts))
+    return np.int32(0)
+
+  def clear(self, rows):
+    """A host drafter forgets lanes `rows` (bool[B]) that went non-finite in the loop."""
+    if np.asarray(rows).any():
+      self.draft_state = self.drafter.clear(self.draft_state, np.asarray(rows))
+    return np.int32(0)
 
   def masks(self, drafts, n):
     mask, states, enabled = self.host.masks(drafts, n)
@@ -253,7 +299,8 @@ class Timeline:
   Each span is (round, name, start, end) in `time.perf_counter` seconds. Names: "begin",
   "commit" (host steps), "wait:<step>" (blocked reading device results before a host step),
   "dispatch:<step>" (launching a device step; with `serial` it also waits for the result,
-  so the span is the step's device time), "draft wait", "lookahead", "upload".
+  so the span is the step's device time), "propose" (a host drafter), "draft wait",
+  "lookahead", "upload".
 
   Attributes:
     serial: block after every device step (no overlap: the reference for what overlap hides).
@@ -279,17 +326,33 @@ class StagesIO:
     """Host lengths are known: attend over a bucketed span, not the whole capacity."""
     return attention_span(lengths, p, cache.capacity)
 
-  def narrow(self, prop):
-    """A host proposal verifies only as many positions as its longest lane drafted:
+  def propose(self, drafter, params, state, inp):
+    """A device drafter's jitted propose step, or a host drafter's call on numpy inputs.
+
+    A host proposal verifies only as many positions as its longest lane drafted:
     P' = max(n) + 1 (the anchors alone when nobody drafted) instead of K + 1. On CPU a
     verify over B * P' rows costs far more at P' = K + 1 than at 1 or 2."""
-    width = int(np.max(prop.n, initial=0))
-    if width >= prop.drafts.shape[1]:
-      return prop
+    if drafter.on_device:
+      return self.device(propose_step, drafter, params, state, inp)
+    t0 = time.perf_counter()
+    prop, state = drafter.propose(None, state, inp)
     stats = self.steps.host.stats
-    stats["narrowed_rounds"] += 1
-    stats["anchor_only_rounds"] += width == 0
-    return dataclasses.replace(prop, drafts=prop.drafts[:, :width])
+    stats["begin_seconds"] += time.perf_counter() - t0
+    if self.timeline is not None:
+      self.timeline.add("propose", t0)
+    prop = Proposal(np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32), OneHotQ())
+    width = int(np.max(prop.n, initial=0))
+    if width < prop.drafts.shape[1]:
+      stats["narrowed_rounds"] += 1
+      stats["anchor_only_rounds"] += width == 0
+      prop = dataclasses.replace(prop, drafts=prop.drafts[:, :width])
+    return prop, state
+
+  def advance(self, drafter, params, state, tokens, counts, hidden):
+    if drafter.on_device:
+      return self.device(advance_step, drafter, params, state, tokens, counts, hidden)
+    tokens, counts = jax.device_get((tokens, counts))
+    return drafter.advance(None, state, Committed(tokens, counts))
 
   def host(self, name, *args):
     tl = self.timeline
@@ -358,10 +421,14 @@ class StagesIO:
       return mask, states, enabled
     return self.device(automaton_step, auto, nodes, rows, drafts, n, mask, states, enabled)
 
-  def when(self, rows, fn, drafter, cache, dstate):
-    if not np.asarray(rows).any():
-      return cache, dstate
-    return self.device(fn, drafter, cache, dstate, np.asarray(rows))
+  def clear(self, rows, drafter, cache, state):
+    rows = np.asarray(rows)
+    if not rows.any():
+      return cache, state
+    if drafter.on_device:
+      return self.device(clear_step, drafter, cache, state, rows)
+    cache, _ = self.device(clear_step, drafter, cache, None, rows)
+    return cache, drafter.clear(state, rows)
 
 
 class CallbackIO:
@@ -373,8 +440,19 @@ class CallbackIO:
   def span(self, lengths, p, cache):
     return None  # traced lengths: one compiled loop attends over the whole capacity
 
-  def narrow(self, prop):
-    return prop  # traced shapes: the compiled loop always verifies K + 1 positions
+  def propose(self, drafter, params, state, inp):
+    """Device drafters inline; host drafters through a callback on the steps' own state
+    (traced shapes: the compiled loop always verifies K + 1 positions)."""
+    if drafter.on_device:
+      return propose_step(drafter, params, state, inp)
+    drafts, n = io_callback(self.steps.propose, self.shapes["propose"], inp, ordered=True)
+    return Proposal(drafts, n, OneHotQ()), state
+
+  def advance(self, drafter, params, state, tokens, counts, hidden):
+    if drafter.on_device:
+      return advance_step(drafter, params, state, tokens, counts, hidden)
+    io_callback(self.steps.advance, self.shapes["advance"], tokens, counts, ordered=True)
+    return state
 
   def host(self, name, *args):
     return io_callback(getattr(self.steps, name), self.shapes[name], *args)
@@ -403,9 +481,11 @@ class CallbackIO:
       return mask, states, enabled
     return automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled)
 
-  def when(self, rows, fn, drafter, cache, dstate):
-    return jax.lax.cond(rows.any(), lambda c, d: fn(drafter, c, d, rows), lambda c, d: (c, d),
-                        cache, dstate)
+  def clear(self, rows, drafter, cache, state):
+    if not drafter.on_device:
+      io_callback(self.steps.clear, self.shapes["advance"], rows, ordered=True)
+    return jax.lax.cond(rows.any(), lambda c, d: clear_step(drafter, c, d, rows),
+                        lambda c, d: (c, d), cache, state)
 
 
 def _shapes(b: int, k: int, w: int) -> dict:
@@ -415,51 +495,62 @@ def _shapes(b: int, k: int, w: int) -> dict:
   draft = DraftInput(anchor=lane, lengths=lane, seed=s((b,), jnp.uint32), position=lane,
                      limit=lane, forced=s((b, k), i32), n_forced=lane)
   return {
-      "begin": RoundInputs(draft=draft, drafts=s((b, k), i32), n=lane,
-                           constrained=s((), jnp.bool_), nodes=lane, trie_rows=s((b,), jnp.bool_)),
+      "begin": RoundInputs(draft=draft, constrained=s((), jnp.bool_), nodes=lane,
+                           trie_rows=s((b,), jnp.bool_)),
+      "propose": (s((b, k), i32), lane),
+      "advance": s((), i32),
       "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),
       "commit": (s((b, p), i32), s((b,), i32), s((b,), jnp.bool_), s((), jnp.bool_)),
   }
 
 
-@functools.partial(jax.jit, static_argnames=("io", "st", "rounds"), donate_argnames=("dev",))
-def _loop(dev: DeviceState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics, rounds: int):
+@functools.partial(jax.jit, static_argnames=("io", "st", "rounds"), donate_argnames=("rs",))
+def _loop(rs: RoundState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics, rounds: int):
   def body(carry):
-    i, stop, dev = carry
-    dev, stop = run_round(io, dev, args, stop, st)
-    return i + 1, stop, dev
+    i, stop, rs = carry
+    rs, stop = run_round(io, rs, args, stop, st)
+    return i + 1, stop, rs
 
   def cond(carry):
     i, stop, _ = carry
     return (i < rounds) & ~stop
 
-  _, _, dev = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(False), dev))
-  return dev
+  _, _, rs = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(False), rs))
+  return rs
 
 
 _CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before each call
 
 
-def run_stages(host, dev: DeviceState, args: RoundArgs, st: RoundStatics,
-               timeline: Timeline | None = None) -> DeviceState:
+def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
+               timeline: Timeline | None = None) -> RoundState:
   """One round on the `stages` bridge (spans recorded into `timeline` when given)."""
   steps = HostSteps()
   steps.host, steps.seed = host, np.asarray(args.seed)
-  dev, _ = run_round(StagesIO(steps, timeline, st.placement), dev, args, None, st)
+  rs, _ = run_round(StagesIO(steps, timeline, st.placement), rs, args, None, st)
   if timeline is not None:
-    jax.block_until_ready(dev)
+    jax.block_until_ready(rs)
     timeline.round += 1
-  return dev
+  return rs
 
 
-def run_callback(host, dev: DeviceState, args: RoundArgs, st: RoundStatics, rounds: int,
-                 stop_when) -> DeviceState:
-  """Up to `rounds` rounds in one compiled loop on the `callback` bridge."""
+def run_callback(host, rs: RoundState, args: RoundArgs, st: RoundStatics, rounds: int,
+                 stop_when) -> RoundState:
+  """Up to `rounds` rounds in one compiled loop on the `callback` bridge. A host drafter's
+  state leaves the traced carry for the loop's duration: its callbacks keep it."""
   key = (st.lanes, st.drafter.k, st.words)
   io = _CALLBACK_IO.get(key)
   if io is None:
     io = _CALLBACK_IO[key] = CallbackIO(HostSteps(), _shapes(*key))
-  io.steps.host, io.steps.seed, io.steps.stop_when = host, np.asarray(args.seed), stop_when
-  dev = _loop(dev, args, io=io, st=st, rounds=rounds)
-  jax.block_until_ready(dev)
-  return dev
+  steps = io.steps
+  steps.host, steps.seed, steps.stop_when = host, np.asarray(args.seed), stop_when
+  on_host = not st.drafter.on_device
+  if on_host:
+    steps.drafter, steps.draft_state = st.drafter, rs.draft
+    rs = RoundState(rs.cache, None)
+  rs = _loop(rs, args, io=io, st=st, rounds=rounds)
+  jax.block_until_ready(rs)
+  if on_host:
+    rs = RoundState(rs.cache, steps.draft_state)
+    steps.drafter = steps.draft_state = None
+  return rs

@@ -19,12 +19,12 @@ from infernix_jax.runtime._host import RoundHost
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
 from infernix_jax.runtime._session import build_session, check_request
+from infernix_jax.runtime.build import BRIDGES
 from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter, Proposal
 from infernix_jax.runtime.errors import CapacityError
 from infernix_jax.runtime.types import GenerationRequest, GenerationResult
 
-BRIDGES = ("stages", "callback")
-ACCEPTANCE_RULES = ("exact", "drop-illegal")  # "drop-illegal": the wrong rule, for the exactness study
+__all__ = ["BRIDGES", "Engine"]
 
 
 class Engine:
@@ -35,6 +35,10 @@ class Engine:
   lookahead (one batch fill per backend) -> masked sampling + acceptance with the real q
   -> commit protocol. Requests join free lanes as others finish. Unconstrained lanes carry
   a disabled mask descriptor; a batch without constrained lanes uploads no mask.
+
+  Build engines with `runtime.build.build_engine(EngineSpec(...))`, which validates every
+  argument once (`EngineSpec.validate`); constructing `Engine` directly is for engine unit
+  tests over models already in memory.
 
   Args:
     model: the target, an `nnx.Module` (e.g. `models.Transformer`) or `(graphdef, state)`
@@ -67,12 +71,6 @@ class Engine:
                masked_q: bool = True, compiler: Any = None, callback_rounds: int = 64,
                cfg: Any = None, device_automaton: bool = False, mesh: Any = None,
                acceptance: str = "exact"):
-    if bridge not in BRIDGES:
-      raise ValueError(f"bridge={bridge!r} must be one of {', '.join(BRIDGES)}")
-    if lanes < 1:
-      raise ValueError(f"lanes={lanes} must be >= 1")
-    if acceptance not in ACCEPTANCE_RULES:
-      raise ValueError(f"acceptance={acceptance!r} must be one of {', '.join(ACCEPTANCE_RULES)}")
     self.acceptance = acceptance
     if isinstance(model, tuple):
       self.graphdef, self.state = model
@@ -94,16 +92,14 @@ class Engine:
     spec = DrafterSpec(lanes=lanes, capacity=capacity, dim=self.cfg.dim,
                        dtype=self.cfg.jnp_dtype)
     self.device_automaton = device_automaton
-    self.host = RoundHost(lanes, self.drafter, vocab, spec, device_automaton=device_automaton)
+    self.host = RoundHost(lanes, self.drafter, vocab, device_automaton=device_automaton)
     self.host.vm = self.cfg.vocab_size
     # faithful.LawCache of exact-finite laws (None: created by the first non-local request);
     # engines may share one (laws depend on the target, constraint, prompt and T only)
     self.law_cache = None
-    dparams, dstate = self._place.drafter(
-        *(self.drafter.init(spec) if self.drafter.on_device else (None, None)))
-    self._dparams = dparams
-    self._dev = _round.DeviceState(
-        cache=self._place.cache(_deps.kv_cache_init(self.cfg, lanes, capacity)), dstate=dstate)
+    self._dparams, draft = _round.init_drafter(self.drafter, spec, self._place)
+    self._round_state = _round.RoundState(
+        cache=self._place.cache(_deps.kv_cache_init(self.cfg, lanes, capacity)), draft=draft)
     self._params = None  # (generation, SamplingParams, seeds): rebuilt when lanes change
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
     # Set to a `_round.Timeline` to record the spans of `stages` rounds (overlap studies).
@@ -214,11 +210,11 @@ class Engine:
     from infernix_jax.pallas import OneHotQ
     args = self._round_args()
     b, w = self.b, mask_layout.mask_words(self.vocab.size)
-    widths = (self.k,) if self.drafter.on_device else range(self.k + 1)
+    widths = _round.verified_widths(self.drafter)
     spans = sorted({_round.attention_span([s], 1, self.capacity)
                     for s in range(0, self.capacity, _round.SPAN_STEP)}, key=lambda s: s or 0)
     zeros = np.zeros((b,), np.int32)
-    cache = self._dev.cache
+    cache = self._round_state.cache
     # Rounds pass the cache a jitted step returned (committed to its devices): so does this.
     _, _, cache = _round._JIT[_round.verify_step](
         self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)),
@@ -229,7 +225,7 @@ class Engine:
         logits, _, cache = _round._JIT[_round.verify_step](
             self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)), drafts,
             span=span)
-      if self.drafter.on_device:  # Finish takes the drafter's own q type: its first round
+      if _round.finish_compiles_with_proposal(self.drafter):  # its own q type: first round
         continue
       prop = Proposal(drafts, self._place.rows(zeros), OneHotQ())
       masks = (None, self._place.rows((np.zeros((b, width + 1, w), np.int32),
@@ -242,7 +238,7 @@ class Engine:
             masked_q=self.masked_q and self.drafter.sampling,
             drop_illegal=self.acceptance == "drop-illegal")
         jax.block_until_ready(out)
-    self._dev = _round.DeviceState(cache=cache, dstate=self._dev.dstate)
+    self._round_state = _round.RoundState(cache=cache, draft=self._round_state.draft)
 
   def run(self) -> None:
     """Decodes until no request is waiting or running."""
@@ -262,7 +258,8 @@ class Engine:
     t0 = time.perf_counter()
     args = self._round_args()
     if self.bridge == "stages":
-      self._dev = _round.run_stages(host, self._dev, args, self._statics(), self.timeline)
+      self._round_state = _round.run_stages(host, self._round_state, args, self._statics(),
+                                            self.timeline)
       self.stats["rounds"] += 1
     else:
       rounds = collections.Counter()
@@ -273,8 +270,8 @@ class Engine:
         return ((freed and bool(host.waiting)) or not host.any_active()
                 or self._penalties_active() or bool(host.closes_due()))
 
-      self._dev = _round.run_callback(host, self._dev, args, self._statics(),
-                                      self.callback_rounds, stop_when)
+      self._round_state = _round.run_callback(host, self._round_state, args, self._statics(),
+                                              self.callback_rounds, stop_when)
       self.stats["rounds"] += rounds["n"]
     self.stats["round_seconds"] += time.perf_counter() - t0
     host.retire()
@@ -295,7 +292,7 @@ class Engine:
       return
     longest = max(len(p) - 1 for p in admitted.values())
     hidden = None
-    cache = self._dev.cache
+    cache = self._round_state.cache
     rows = sorted(admitted)
     width = stages.bucket(len(rows), minimum=1)  # R: admitted lanes, padded to a power of two
     if longest > 0 and width < self.b and self._place.mesh is None:
@@ -321,10 +318,9 @@ class Engine:
       start, tokens, counts = self._place.rows((start, tokens, counts))
       hidden, cache = stages.append_tokens(self.graphdef, self.state, cache.with_lengths(start),
                                            tokens, counts)
-    dstate = self._dev.dstate
-    if self.drafter.on_device:
-      dstate = self.drafter.extend(self._dparams, dstate, admitted, hidden, reset=True)
-    self._dev = _round.DeviceState(cache=cache, dstate=dstate)
+    self._round_state = _round.extend_drafter(
+        self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), admitted,
+        hidden, reset=True)
 
   def _forced_closes(self) -> None:
     """Appends the forced close to every lane whose reasoning reached its budget, as one step.
@@ -348,11 +344,11 @@ class Engine:
       counts[b] = len(seq)
     lengths, tokens, counts = self._place.rows((host.lengths, tokens, counts))
     hidden, cache = stages.append_tokens(self.graphdef, self.state,
-                                         self._dev.cache.with_lengths(lengths), tokens, counts)
-    dstate = self._dev.dstate
-    if self.drafter.on_device:
-      dstate = self.drafter.extend(self._dparams, dstate, rows, hidden, reset=False)
-    self._dev = _round.DeviceState(cache=cache, dstate=dstate)
+                                         self._round_state.cache.with_lengths(lengths), tokens,
+                                         counts)
+    self._round_state = _round.extend_drafter(
+        self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), rows,
+        hidden, reset=False)
     host.commit_closes(rows)
 
   def _penalties_active(self) -> bool:

@@ -1,22 +1,45 @@
-"""Where the trained drafters (MTP, block) get their network: shipped, a file, or random."""
+"""Options and networks of the trained drafters (MTP, block): shipped, a file, or random."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
+
+from infernix_jax.runtime.drafters.base import DrafterOptions, OptionError
 
 
-def target_of(opts, name: str):
+@dataclasses.dataclass(frozen=True)
+class TrainedOptions(DrafterOptions):
+  """Options of a drafter network trained for the target."""
+
+  # None = the weights shipped for the embedded model, "random" = untrained (mechanism
+  # tests), a path = a `models.drafters.weights` file, or a built network module.
+  weights: Any = None
+  seed: int = 0  # initialisation seed of an untrained network (weights="random")
+
+  def validate(self) -> None:
+    super().validate()
+    w = self.weights
+    if isinstance(w, (str, Path)) and str(w) != "random" and not Path(w).is_file():
+      raise OptionError("weights", f"weights={str(w)!r}: no such file (a drafter .safetensors "
+                                   f"file, or 'random')")
+
+
+def target_of(context, name: str):
   """(cfg, model) of the target a head-sharing drafter needs."""
-  if opts.target is None:
-    raise ValueError(f"the {name!r} drafter needs the target model (it shares its head)")
-  return opts.target
+  if context.target is None:
+    raise OptionError("target", f"the {name!r} drafter needs the target model (it shares its "
+                                f"head)")
+  return context.target
 
 
-def network(opts, name: str, kind: str, random_net):
-  """The drafter network for `opts.weights`.
+def network(options: TrainedOptions, context, name: str, kind: str, random_net):
+  """The drafter network for `options.weights`.
 
   Args:
-    opts: `BuildOptions`.
+    options: the drafter's `TrainedOptions`.
+    context: the `BuildContext` (the target).
     name: the registered drafter name (for messages).
     kind: the weights kind, "mtp" or "block".
     random_net: (cfg) -> an untrained network, used only for weights="random".
@@ -28,8 +51,8 @@ def network(opts, name: str, kind: str, random_net):
   from flax import nnx
 
   from infernix_jax.models.drafters import weights as dw
-  cfg, model = target_of(opts, name)
-  w = opts.weights
+  cfg, model = target_of(context, name)
+  w = options.weights
   if isinstance(w, nnx.Module):
     return w
   if isinstance(w, str) and w == "random":

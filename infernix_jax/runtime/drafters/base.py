@@ -22,7 +22,53 @@ import numpy as np
 
 from infernix_jax.pallas import DenseQ, OneHotQ, SparseQ
 
-__all__ = ["Committed", "DraftInput", "Drafter", "DrafterSpec", "Proposal", "one_hot_rows"]
+__all__ = ["BuildContext", "Committed", "DraftInput", "Drafter", "DrafterOptions", "DrafterSpec",
+           "NoOptions", "OptionError", "Proposal", "one_hot_rows"]
+
+
+class OptionError(ValueError):
+  """An invalid drafter option: `field` names it (the registry adds the drafter's name)."""
+
+  def __init__(self, field: str, message: str):
+    self.field, self.message = field, message
+    super().__init__(f"{field}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+  """The options of a drafter that takes none (ordinary decoding)."""
+
+  def validate(self) -> None:
+    """Nothing to check."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterOptions:
+  """Options every drafting drafter takes; a drafter file subclasses it with its own fields
+  (each with a default and a one-line comment) and may extend `validate`."""
+
+  k: int = 4  # drafts per round (K)
+
+  def validate(self) -> None:
+    """Raises OptionError naming the first invalid field."""
+    if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+      raise OptionError("k", f"k={self.k!r} must be an integer >= 1 (drafter 'none' drafts "
+                             f"nothing)")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+  """What a drafter's `build(options, context)` may use besides its options.
+
+  Attributes:
+    target: (ModelConfig, model) of the target, for drafters that share its embedding and
+      head or read its hidden states; None when the engine is built without one.
+    load_model: path -> (ModelConfig, model), loading another model the way the target was
+      loaded (its dtype), e.g. a draft model; None where nothing may be loaded.
+  """
+
+  target: Any = None
+  load_model: Any = None
 
 
 @jax.tree_util.register_dataclass

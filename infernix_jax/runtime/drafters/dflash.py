@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter
-from infernix_jax.runtime.drafters._trained import network, target_of
+from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
 
 RANDOM_LAYERS = 1  # depth of an untrained block network (weights="random")
+
+Options = TrainedOptions  # k, weights, seed (greedy: no temperature)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -18,18 +20,18 @@ class Block(NetDrafter):
   name = "dflash"
 
 
-def build_net(opts, name: str, sparse: bool):
-  """A block network on `opts.target` with the weights `opts.weights` names (default: the
+def build_net(options, context, name: str, sparse: bool, temperature: float = 1.0):
+  """A block network on the target with the weights `options.weights` names (default: the
   trained block drafter shipped for the embedded model, shared by dflash and dflash2)."""
   from flax import nnx
 
   from infernix_jax.models import drafters as md
-  _, model = target_of(opts, name)
+  _, model = target_of(context, name)
   head = md.TargetHead.from_model(model)
-  net = network(opts, name, "block", lambda cfg: md.DFlashNet(
-      cfg.replace(num_layers=RANDOM_LAYERS), cfg.dim, rngs=nnx.Rngs(opts.seed)))
-  return md.DFlashDrafter.create(net, head, opts.k, sparse=sparse, temperature=opts.temperature)
+  net = network(options, context, name, "block", lambda cfg: md.DFlashNet(
+      cfg.replace(num_layers=RANDOM_LAYERS), cfg.dim, rngs=nnx.Rngs(options.seed)))
+  return md.DFlashDrafter.create(net, head, options.k, sparse=sparse, temperature=temperature)
 
 
-def build(opts) -> Block:
-  return Block(k=opts.k, net=build_net(opts, "dflash", sparse=False))
+def build(options: Options, context) -> Block:
+  return Block(k=options.k, net=build_net(options, context, "dflash", sparse=False))

@@ -5,7 +5,22 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter
+from infernix_jax.runtime.drafters._trained import TrainedOptions
+from infernix_jax.runtime.drafters.base import OptionError
 from infernix_jax.runtime.drafters.dflash import build_net
+
+
+@dataclasses.dataclass(frozen=True)
+class Options(TrainedOptions):
+  """The sparse block drafter's options."""
+
+  temperature: float = 1.0  # the temperature its top-16 drafts are sampled at
+
+  def validate(self) -> None:
+    super().validate()
+    if isinstance(self.temperature, bool) or not (
+        isinstance(self.temperature, (int, float)) and self.temperature > 0):
+      raise OptionError("temperature", f"temperature={self.temperature!r} must be > 0")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -17,5 +32,6 @@ class SparseBlock(NetDrafter):
   sampling = True
 
 
-def build(opts) -> SparseBlock:
-  return SparseBlock(k=opts.k, net=build_net(opts, "dflash2", sparse=True))
+def build(options: Options, context) -> SparseBlock:
+  return SparseBlock(k=options.k, net=build_net(options, context, "dflash2", sparse=True,
+                                                temperature=float(options.temperature)))

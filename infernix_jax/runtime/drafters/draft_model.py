@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from infernix_jax.runtime.drafters._net import NetDrafter
+from infernix_jax.runtime.drafters.base import DrafterOptions, OptionError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -25,20 +27,48 @@ class DraftModel(NetDrafter):
     return self.net.temperature > 0
 
 
-def build(opts) -> DraftModel:
-  """From `opts.draft_model` = (cfg, model) sharing the target's vocabulary."""
+@dataclasses.dataclass(frozen=True)
+class Options(DrafterOptions):
+  """The draft model's options."""
+
+  # The draft model: a path (HF directory, GGUF file or checkpoint, loaded like the target)
+  # or an already loaded (ModelConfig, model) pair; it must share the target's vocabulary.
+  model: Any = None
+  sampling: bool = False  # sample drafts at `temperature` (dense q) instead of greedy
+  temperature: float = 1.0  # the draft model's sampling temperature
+
+  def validate(self) -> None:
+    super().validate()
+    if self.model is None:
+      raise OptionError("model", "the 'draft' drafter needs a draft model: model=PATH (an HF "
+                                 "directory or GGUF file sharing the target's vocabulary)")
+    if isinstance(self.temperature, bool) or not (
+        isinstance(self.temperature, (int, float)) and self.temperature > 0):
+      raise OptionError("temperature", f"temperature={self.temperature!r} must be > 0")
+
+
+def build(options: Options, context) -> DraftModel:
+  """A draft model sharing the target's vocabulary (`options.model`)."""
+  from pathlib import Path
+
   from infernix_jax.models import drafters as md
-  if opts.draft_model is None:
-    raise ValueError("the 'draft' drafter needs a draft model (--draft-model PATH: an HF "
-                     "directory or GGUF file sharing the target's vocabulary)")
-  cfg, model = opts.draft_model
+  loaded = options.model
+  if isinstance(loaded, (str, Path)):
+    if not Path(loaded).exists():
+      raise OptionError("model", f"model={str(loaded)!r}: no such file or directory")
+    if context.load_model is None:
+      raise OptionError("model", "a path needs an engine builder that loads models; pass a "
+                                 "loaded (cfg, model) pair instead")
+    loaded = context.load_model(loaded)
+  cfg, model = loaded[:2]
   width = cfg.vocab_size
-  if opts.target is not None:
-    width = opts.target[0].vocab_size
+  if context.target is not None:
+    width = context.target[0].vocab_size
     if width != cfg.vocab_size:
-      raise ValueError(f"the draft model's vocabulary ({cfg.vocab_size} logits) differs from "
-                       f"the target's ({width}); a draft model must share it")
-  temperature = opts.temperature if opts.draft_sampling else 0.0
-  net = md.DraftModelDrafter.from_model(model, k=opts.k, temperature=temperature,
+      raise OptionError("model", f"the draft model's vocabulary ({cfg.vocab_size} logits) "
+                                 f"differs from the target's ({width}); a draft model must "
+                                 f"share it")
+  temperature = float(options.temperature) if options.sampling else 0.0
+  net = md.DraftModelDrafter.from_model(model, k=options.k, temperature=temperature,
                                         target_width=width)
-  return DraftModel(k=opts.k, net=net)
+  return DraftModel(k=options.k, net=net)

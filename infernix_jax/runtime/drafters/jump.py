@@ -85,6 +85,6 @@ class JumpForward(Drafter):
     return state if self.inner is None else self.inner.clear(state, rows)
 
 
-def build(opts) -> JumpForward:
-  """Jump-forward alone: only the tokens the grammar forces are drafted."""
-  return JumpForward(k=opts.k)
+def build(options, context) -> JumpForward:
+  """Jump-forward alone: only the tokens the grammar forces are drafted (`DrafterOptions`)."""
+  return JumpForward(k=options.k)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter
-from infernix_jax.runtime.drafters._trained import network, target_of
+from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
+
+Options = TrainedOptions  # k, weights, seed
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -16,13 +18,14 @@ class MTP(NetDrafter):
   name = "mtp"
 
 
-def build(opts) -> MTP:
-  """An MTP head on `opts.target` = (cfg, model) with the weights `opts.weights` names
-  (default: the trained head shipped for the embedded model)."""
+def build(options: Options, context) -> MTP:
+  """An MTP head on the target with the weights `options.weights` names (default: the
+  trained head shipped for the embedded model)."""
   from flax import nnx
 
   from infernix_jax.models import drafters as md
-  _, model = target_of(opts, "mtp")
+  _, model = target_of(context, "mtp")
   head = md.TargetHead.from_model(model)
-  net = network(opts, "mtp", "mtp", lambda cfg: md.MTPHead(cfg, rngs=nnx.Rngs(opts.seed)))
-  return MTP(k=opts.k, net=md.MTPDrafter.create(net, head, opts.k))
+  net = network(options, context, "mtp", "mtp",
+                lambda cfg: md.MTPHead(cfg, rngs=nnx.Rngs(options.seed)))
+  return MTP(k=options.k, net=md.MTPDrafter.create(net, head, options.k))

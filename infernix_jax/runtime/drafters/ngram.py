@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime.drafters.base import Drafter, Proposal
+from infernix_jax.runtime.drafters.base import Drafter, DrafterOptions, OptionError, Proposal
 
 
 class NGramIndex:
@@ -106,5 +106,22 @@ class NGramDrafter(Drafter):
     return tuple(state)
 
 
-def build(opts) -> NGramDrafter:
-  return NGramDrafter(k=opts.k, n=opts.ngram_n)
+@dataclasses.dataclass(frozen=True)
+class Options(DrafterOptions):
+  """Prompt lookup's options."""
+
+  n: int = 3  # the longest n-gram matched (tried first)
+  min_n: int = 1  # the shortest n-gram matched
+
+  def validate(self) -> None:
+    super().validate()
+    for name in ("n", "min_n"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionError(name, f"{name}={value!r} must be an integer >= 1")
+    if self.min_n > self.n:
+      raise OptionError("min_n", f"min_n={self.min_n} must be <= n={self.n}")
+
+
+def build(options: Options, context) -> NGramDrafter:
+  return NGramDrafter(k=options.k, n=options.n, min_n=options.min_n)

@@ -18,5 +18,6 @@ class NoDrafter(Drafter):
       raise ValueError(f"the 'none' drafter has k=0, got k={self.k}")
 
 
-def build(opts) -> NoDrafter:
+def build(options, context) -> NoDrafter:
+  """Ordinary decoding (the `NoOptions` of the registry: nothing to set)."""
   return NoDrafter()
