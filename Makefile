@@ -23,13 +23,13 @@ setup-test: setup
 	$(VPY) -m pip install -q -e '.[test,serve,train,parity,study]'
 
 run: setup
-	$(VPY) -m infernix_jax.runtime.cli generate
+	$(VPY) -m infernix_jax.cli generate
 
 # The OpenAI-compatible server on the embedded SmolLM2 (flags: `make serve SERVE_ARGS=--port=8001`).
 SERVE_ARGS ?=
 serve: setup
 	$(VPY) -m pip install -q -e '.[serve]'
-	$(VPY) -m infernix_jax.runtime.cli serve $(SERVE_ARGS)
+	$(VPY) -m infernix_jax.cli serve $(SERVE_ARGS)
 
 test: setup-test
 	$(VPY) -m pytest -q --durations=20 tests

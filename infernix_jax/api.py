@@ -20,20 +20,12 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from infernix_jax.errors import ParameterError
+
 __all__ = ["Completion", "LLM", "PreparedRequest", "RequestError", "generate"]
 
 
-class RequestError(ValueError):
-  """A request parameter is invalid; `param` names it (e.g. "json_schema", "max_tokens").
-
-  Attributes:
-    param: the parameter at fault.
-    message: what is wrong with it (and where inside it, for constraints).
-  """
-
-  def __init__(self, param: str, message: str):
-    self.param, self.message = param, message
-    super().__init__(f"{param}: {message}")
+RequestError = ParameterError  # `param` names the parameter at fault (e.g. "json_schema")
 
 
 @dataclasses.dataclass
@@ -98,67 +90,21 @@ class PreparedRequest:
     return fr.new_output_decoder(self.framing)
 
 
-def _constraint(*, json_schema, json_object, regex, choice, grammar, lenient, constraint):
-  """The OutputConstraint of the mutually exclusive constraint parameters (or None)."""
-  from infernix_jax import constrain as ic
-  given = [name for name, value in (("json_schema", json_schema is not None),
-                                    ("json_object", bool(json_object)),
-                                    ("regex", regex is not None),
-                                    ("choice", choice is not None),
-                                    ("grammar", grammar is not None),
-                                    ("constraint", constraint is not None)) if value]
-  if len(given) > 1:
-    raise RequestError(given[1], f"the constraint parameters are mutually exclusive: got "
-                       f"{' and '.join(given)}; give one")
-  if lenient and json_schema is None:
-    raise RequestError("lenient", "applies to json_schema only")
-  if constraint is not None:
-    if not isinstance(constraint, ic.OutputConstraint):
-      raise RequestError("constraint", f"expected an OutputConstraint, got "
-                         f"{type(constraint).__name__}")
-    return constraint
-  if json_schema is not None:
-    if isinstance(json_schema, (Mapping, bool)):
-      json_schema = json.dumps(json_schema)
-    if not isinstance(json_schema, str):
-      raise RequestError("json_schema", f"expected a schema (dict or JSON text), got "
-                         f"{type(json_schema).__name__}")
-    return ic.OutputConstraint.json_schema(json_schema, lenient=bool(lenient))
-  if json_object:
-    return ic.OutputConstraint.json_object()
-  if regex is not None:
-    if not isinstance(regex, str):
-      raise RequestError("regex", f"expected a string, got {type(regex).__name__}")
-    return ic.OutputConstraint.regex(regex)
-  if choice is not None:
-    if isinstance(choice, (str, bytes)) or not all(isinstance(c, str) for c in choice):
-      raise RequestError("choice", "expected a list of strings")
-    if not choice:
-      raise RequestError("choice", "the list is empty")
-    return ic.OutputConstraint.choice(list(choice))
-  if grammar is not None:
-    if not isinstance(grammar, str):
-      raise RequestError("grammar", f"expected GBNF text, got {type(grammar).__name__}")
-    return ic.OutputConstraint.grammar(grammar)
-  return None
-
-
-def _constraint_param(constraint) -> str:
-  """The `prepare` parameter a constraint came from (its kind's name)."""
-  kind = str(getattr(constraint.kind, "value", constraint.kind))
-  return kind if kind in ("json_object", "json_schema", "regex", "choice", "grammar") else (
-      "constraint")
-
-
 class LLM:
   """A loaded target model with its tokenizer, constraint compiler, drafter and engine.
+
+  Every keyword maps onto one field of `runtime.build.EngineSpec`, and the engine is
+  assembled by `runtime.build.build_engine` (as the CLI, the server and the studies do);
+  `LLM.from_spec(spec)` takes a spec as is.
 
   Args:
     model: None (the embedded SmolLM2-135M-Instruct), a .gguf file, an HF directory or an
       infernix checkpoint directory (`models.load_model`).
-    drafter: drafter by registered name (`runtime.drafters.names()`): "ngram" (default),
-      "none", "mtp", "dflash", "dflash2", "draft", ...
-    k: draft length K (ignored by "none").
+    drafter: drafter by registered name (`infernix_jax.drafters.names()`): "ngram"
+      (default), "none", "mtp", "dflash", "dflash2", "draft", or a plug-in's.
+    drafter_options: that drafter's own options (`infernix_jax.drafters.fields(name)`), e.g.
+      {"n": 2} for "ngram", {"model": PATH} for "draft", {"weights": PATH} for "mtp".
+    k: draft length K, shorthand for drafter_options["k"] (ignored by "none").
     jump_forward: grammar jump-forward drafts on constrained requests (default: on unless the
       drafter is "none").
     masked_q: sampling drafters' q is masked by the grammar.
@@ -168,52 +114,58 @@ class LLM:
       "unrolled" (the fastest decoding on one device).
     backend: constraint backend by registered name, or "auto".
     bridge: "stages" or "callback" (`runtime.Engine`).
-    ngram_n, draft_model, drafter_weights: drafter options (`runtime.drafters.create`).
+    plugins: modules to import first (they register drafters or backends).
     warmup: compile the engine's steps now (else on the first requests).
-    seed: the drafter's own sampling seed.
+    **spec: any other `EngineSpec` field (mesh, device_automaton, compile_cache, ...).
+
+  Raises:
+    RequestError: an invalid keyword (`.param` names it; drafter options as
+      "drafter_options.<field>").
   """
 
-  def __init__(self, model: str | Path | None = None, *, drafter: str = "ngram", k: int = 4,
+  def __init__(self, model: str | Path | None = None, *, drafter: str = "ngram",
+               drafter_options: Mapping[str, Any] | None = None, k: int | None = 4,
                jump_forward: bool | None = None, masked_q: bool = True, lanes: int = 1,
                capacity: int = 2048, dtype: str | None = None, layout: str = "unrolled",
                weights: str | None = None, backend: str = "auto", bridge: str = "stages",
-               ngram_n: int = 3, draft_model: str | Path | None = None,
-               drafter_weights: str | None = None, warmup: bool = False, seed: int = 0):
-    from infernix_jax import constrain as ic
-    from infernix_jax import models as im
-    from infernix_jax.constrain import backends
-    from infernix_jax.runtime import drafters
-    from infernix_jax.runtime.engine import Engine
+               plugins: Sequence[str] = (), warmup: bool = False, **spec):
+    from infernix_jax.runtime import build, drafters
+    build.load_plugins(tuple(plugins))
+    options = dict(drafter_options or {})
+    if k is not None and "k" not in options and drafters.entry(drafter).drafts:
+      options["k"] = k
+    try:
+      engine_spec = build.EngineSpec(
+          model=None if model is None else str(model), drafter=drafter,
+          drafter_options=options, jump_forward=jump_forward, masked_q=masked_q, lanes=lanes,
+          capacity=capacity, dtype=dtype, layout=layout, weights=weights, backend=backend,
+          bridge=bridge, plugins=tuple(plugins), **spec)
+    except TypeError as e:
+      raise RequestError("spec", f"{e}; EngineSpec fields: "
+                         f"{', '.join(f.name for f in dataclasses.fields(build.EngineSpec))}"
+                         ) from None
+    self._init(engine_spec, warmup=warmup)
 
-    if drafter not in drafters.names():
-      raise RequestError("drafter", f"{drafter!r} is not registered; one of "
-                         f"{', '.join(drafters.names())}")
-    if backend != "auto" and backend not in backends.names():
-      raise RequestError("backend", f"{backend!r} must be auto or one of "
-                         f"{', '.join(backends.names())}")
-    if jump_forward is None:
-      jump_forward = drafter != "none"
-    if k < 1 and (jump_forward or drafters.entry(drafter).drafts):
-      raise RequestError("k", f"k={k} must be >= 1 for drafter {drafter!r}"
-                         + (" with jump-forward" if jump_forward else ""))
-    if lanes < 1:
-      raise RequestError("lanes", f"lanes={lanes} must be >= 1")
-    self.source = im.model_source(model)
-    self.vocab = (ic.Vocabulary.from_gguf(self.source) if str(self.source).endswith(".gguf")
-                  else ic.Vocabulary.from_tokenizer_json(self.source))
-    self.tokenizer = im.load_tokenizer(self.source)
-    self.compiler = ic.ConstraintCompiler(self.vocab)
-    self.cfg, model_obj, _ = im.load_model(model, dtype=dtype, layout=layout, weights=weights)
-    draft = (im.load_model(draft_model, dtype=dtype)[:2] if draft_model is not None else None)
-    self.drafter = drafters.create(drafter, k=k, ngram_n=ngram_n, jump_forward=jump_forward,
-                                   target=(self.cfg, model_obj), draft_model=draft,
-                                   draft_sampling=True, seed=seed, weights=drafter_weights)
-    self.engine = Engine(model_obj, self.vocab, self.drafter, lanes=lanes, capacity=capacity,
-                         bridge=bridge, masked_q=masked_q, cfg=self.cfg,
-                         compiler=self.compiler)
-    self.drafter_name = drafter  # the registered name (the drafter's own name may add parts)
-    self.model_path = str(model) if model is not None else str(self.source)
-    self.backend = backend
+  @classmethod
+  def from_spec(cls, spec, *, target=None, warmup: bool = False) -> "LLM":
+    """An LLM over `build_engine(spec, target=target)` (a `runtime.build.Target` for a model
+    already in memory)."""
+    llm = cls.__new__(cls)
+    llm._init(spec, target=target, warmup=warmup)
+    return llm
+
+  def _init(self, spec, *, target=None, warmup: bool) -> None:
+    from infernix_jax.runtime import build
+    self.spec = spec
+    self.assembly = build.build_engine(spec, target=target)
+    self.engine = self.assembly.engine
+    self.drafter = self.assembly.drafter
+    self.cfg, self.vocab = self.assembly.cfg, self.assembly.vocab
+    self.tokenizer, self.compiler = self.assembly.tokenizer, self.assembly.compiler
+    self.source = self.assembly.target.source
+    self.drafter_name = spec.drafter  # the registered name (the drafter's own name may add parts)
+    self.model_path = spec.model if spec.model is not None else str(self.source)
+    self.backend = spec.backend
     self._lock = threading.Lock()  # `generate` from several threads runs one at a time
     if warmup:
       self.warmup()
@@ -304,27 +256,14 @@ class LLM:
     """
     from infernix_jax.constrain import framing as fr
     from infernix_jax.constrain.errors import ConstraintError
-    from infernix_jax.runtime._session import check_request
+    from infernix_jax.constrain.options import constraint_from_options
     from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
 
-    content = _constraint(json_schema=json_schema, json_object=json_object, regex=regex,
-                          choice=choice, grammar=grammar, lenient=lenient,
-                          constraint=constraint)
+    content = constraint_from_options(json_schema=json_schema, json_object=json_object,
+                                      regex=regex, choice=choice, grammar=grammar,
+                                      lenient=lenient, constraint=constraint)
     if isinstance(stop, str):
       stop = [stop]
-    if stop and (content is not None or tools is not None):
-      raise RequestError("stop", "stop strings cannot be combined with an output constraint "
-                         "or tools: a constrained output ends when its grammar accepts EOS")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-      raise RequestError("max_tokens", f"{max_tokens!r} must be an integer >= 1")
-    sampling = SamplingOptions(temperature=float(temperature), top_k=int(top_k),
-                               top_p=float(top_p), min_p=float(min_p), seed=int(seed),
-                               presence_penalty=float(presence_penalty),
-                               frequency_penalty=float(frequency_penalty))
-    try:
-      sampling.validate()
-    except ValueError as e:
-      raise RequestError(str(e).split("=", 1)[0], str(e)) from None
     chat = True if chat is None else chat
     if isinstance(prompt, str):
       if not prompt and not chat:
@@ -337,32 +276,16 @@ class LLM:
       ids = self.tokenizer.encode(text)
     elif prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
       ids = [int(t) for t in prompt]
-      bad = [t for t in ids if not 0 <= t < self.cfg.vocab_size]
-      if bad:
-        raise RequestError("prompt", f"token ids {bad[:5]} are outside the vocabulary "
-                           f"(0..{self.cfg.vocab_size - 1})")
-      text = self.tokenizer.decode(ids)
+      text = None
     else:
       raise RequestError("prompt", "expected a string, a non-empty list of chat messages or "
                          "a non-empty list of token ids")
     if tools is not None and not chat:
       raise RequestError("tools", "tool calls need a chat prompt (chat=True)")
     backend = None if self.backend == "auto" else self.backend
-    try:
-      framing = fr.prepare_for_request(self.vocab, ids, tools=tools, tool_choice=tool_choice,
-                                       constraint=content, compiler=self.compiler)
-      if framing is None and content is not None:
-        self.compiler.compile(content, backend=backend)
-    except ConstraintError as e:
-      param = ("tool_choice" if "tool_choice" in str(e) or "tool choice" in str(e) else
-               "tools" if tools is not None and (content is None or "tool" in str(e)) else
-               _constraint_param(content))
-      raise RequestError(param, str(e)) from None
-    need = len(ids) + max_tokens + self.drafter.k + 1
-    if need > self.engine.capacity:
-      raise RequestError("max_tokens", f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) "
-                         f"+ K+1 ({self.drafter.k + 1}) = {need} exceeds the context of "
-                         f"{self.engine.capacity} positions per lane; lower max_tokens")
+    sampling = SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                               seed=seed, presence_penalty=presence_penalty,
+                               frequency_penalty=frequency_penalty)
     request = GenerationRequest(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling,
                                 constraint=content, tools=tools,
                                 tool_choice=tool_choice if tools is not None else None,
@@ -370,14 +293,43 @@ class LLM:
                                 thinking_budget=thinking_budget, backend=backend,
                                 request_id=request_id, max_drafts=max_drafts,
                                 sampling_law=sampling_law, law_tolerance=law_tolerance)
-    try:
-      check_request(request)
-    except ValueError as e:
-      param = next((p for p in ("law_tolerance", "sampling_law", "thinking_budget",
-                                "max_drafts")
-                    if p in str(e)), "prompt")
-      raise RequestError(param, str(e)) from None
+    request.validate()
+    self.engine.check_fits(request)
+    if text is None:
+      text = self.tokenizer.decode(ids)
+    framing = self._compile(request, content, ids)
     return PreparedRequest(request=request, prompt=text, framing=framing)
+
+  def _compile(self, request, content, ids):
+    """Compiles the request's constraint and framing (the compile cache keeps them); errors
+    name the parameter whose part failed: tools, tool_choice, or the constraint option."""
+    from infernix_jax.constrain import framing as fr
+    from infernix_jax.constrain.errors import ConstraintError
+    from infernix_jax.constrain.options import option_of
+    tools, tool_choice = request.tools, request.tool_choice
+    if tools is not None:
+      try:
+        names = {t.name for t in fr.parse_tools(tools)}
+      except ConstraintError as e:
+        raise RequestError("tools", str(e)) from None
+      try:
+        policy = fr.ToolChoice.parse(tool_choice)
+      except (ConstraintError, ValueError) as e:
+        raise RequestError("tool_choice", str(e)) from None
+      unknown = sorted(set(policy.allowed_names or ()) - names)
+      if unknown:
+        raise RequestError("tool_choice", f"names {', '.join(map(repr, unknown))}, which the "
+                           f"tools do not declare ({', '.join(sorted(names))})")
+    if content is not None:
+      try:
+        self.compiler.compile(content, backend=request.backend)
+      except ConstraintError as e:
+        raise RequestError(option_of(content), str(e)) from None
+    try:
+      return fr.prepare_for_request(self.vocab, ids, tools=tools, tool_choice=tool_choice,
+                                    constraint=content, compiler=self.compiler)
+    except ConstraintError as e:
+      raise RequestError("tools" if tools is not None else option_of(content), str(e)) from None
 
   def _render(self, prompt, *, system, tools, tool_choice) -> str:
     try:

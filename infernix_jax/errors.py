@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ParameterError"]
+__all__ = ["ParameterError", "RequestConflictError"]
 
 
 class ParameterError(ValueError):
@@ -17,5 +17,19 @@ class ParameterError(ValueError):
   """
 
   def __init__(self, param: str, message: str):
+    ValueError.__init__(self, f"{param}: {message}")
     self.param, self.message = param, message
-    super().__init__(f"{param}: {message}")
+
+
+def _conflict_base():
+  from infernix_jax.constrain.errors import FeatureConflictError
+  return FeatureConflictError
+
+
+class RequestConflictError(ParameterError, _conflict_base()):
+  """Request fields that cannot be combined (also a `constrain.FeatureConflictError`);
+  `param` names the one to change."""
+
+  def __init__(self, param: str, message: str):
+    ParameterError.__init__(self, param, message)
+    self.location = None

@@ -18,9 +18,10 @@ from infernix_jax.runtime import _deps, _round, _thinking, stages
 from infernix_jax.runtime._host import RoundHost
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
-from infernix_jax.runtime._session import build_session, check_request
+from infernix_jax.runtime._session import build_session
 from infernix_jax.runtime.build import BRIDGES
 from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter, Proposal
+from infernix_jax.errors import ParameterError
 from infernix_jax.runtime.errors import CapacityError
 from infernix_jax.runtime.types import GenerationRequest, GenerationResult
 
@@ -120,16 +121,8 @@ class Engine:
       ConstraintError: invalid constraint or feature combination (nothing is queued).
       CapacityError / ValueError: the request does not fit or has an invalid field.
     """
-    check_request(request)
-    need = len(request.prompt_ids) + request.max_tokens + self.k + 1
-    if need > self.capacity:
-      raise CapacityError(
-          f"request {request.request_id}: prompt ({len(request.prompt_ids)}) + max_tokens "
-          f"({request.max_tokens}) + K+1 ({self.k + 1}) = {need} exceeds the KV capacity "
-          f"{self.capacity}; lower max_tokens or raise the engine's capacity")
-    bad = [t for t in request.prompt_ids if not 0 <= t < self.cfg.vocab_size]
-    if bad:
-      raise ValueError(f"prompt token ids {bad[:5]} are outside the model vocabulary")
+    request.validate()
+    self.check_fits(request)
     session, report = build_session(request, self.compiler) if (
         request.constraint is not None or request.tools is not None) else (None, None)
     law = self._law(request, session, report) if request.sampling_law != "local" else None
@@ -137,6 +130,26 @@ class Engine:
                 tracker=_thinking.tracker_for(request, session, self.vocab), law=law)
     self.host.waiting.append(lane)
     return request.request_id
+
+  def check_fits(self, request: GenerationRequest) -> None:
+    """Whether a request fits this engine: its prompt ids in the model's vocabulary, and
+    prompt + max_tokens + K + 1 within a lane's KV capacity.
+
+    Raises:
+      CapacityError ("max_tokens"): it does not fit.
+      ParameterError ("prompt"): a token id outside the vocabulary.
+    """
+    bad = [t for t in request.prompt_ids if not 0 <= t < self.cfg.vocab_size]
+    if bad:
+      raise ParameterError("prompt", f"token ids {bad[:5]} are outside the model vocabulary "
+                           f"(0..{self.cfg.vocab_size - 1})")
+    need = len(request.prompt_ids) + request.max_tokens + self.k + 1
+    if need > self.capacity:
+      raise CapacityError(
+          "max_tokens", f"request {request.request_id}: prompt ({len(request.prompt_ids)} "
+          f"tokens) + max_tokens ({request.max_tokens}) + K+1 ({self.k + 1}) = {need} exceeds "
+          f"the KV capacity of {self.capacity} positions per lane; lower max_tokens or raise "
+          f"the engine's capacity")
 
   def _law(self, request: GenerationRequest, session, report):
     """The sampling law of a request: exact-finite (target forwards over its token trie,

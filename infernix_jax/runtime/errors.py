@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from infernix_jax.constrain.errors import ConstraintError, FeatureConflictError
+from infernix_jax.errors import ParameterError, RequestConflictError
 
 __all__ = [
     "CapacityError",
     "ConstraintDeadEnd",
     "ConstraintError",
     "FeatureConflictError",
+    "ParameterError",
+    "RequestConflictError",
     "GenerationError",
     "NonFiniteLogits",
     "RequestCancelled",
@@ -67,7 +70,7 @@ class StateIntegrityError(GenerationError):
   kind = "integrity"
 
 
-class CapacityError(ValueError):
+class CapacityError(ParameterError):
   """A request does not fit the engine (prompt + max_tokens + draft window > KV capacity)."""
 
 

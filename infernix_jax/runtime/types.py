@@ -7,6 +7,8 @@ import enum
 import itertools
 from typing import Any, Callable, Sequence
 
+from infernix_jax.errors import ParameterError
+
 __all__ = [
     "ConstraintReport",
     "FinishReason",
@@ -33,20 +35,28 @@ class SamplingOptions:
   seed: int = 0  # counter-based stream: (seed, logical position, purpose)
 
   def validate(self) -> None:
-    """Raises ValueError naming the first invalid field."""
+    """Raises ParameterError naming the first invalid field (every surface's one check)."""
+    for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParameterError(name, f"{name}={value!r} must be a number")
+    for name in ("top_k", "seed"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int):
+        raise ParameterError(name, f"{name}={value!r} must be an integer")
     if not self.temperature >= 0:
-      raise ValueError(f"temperature={self.temperature} must be >= 0")
+      raise ParameterError("temperature", f"temperature={self.temperature} must be >= 0")
     if self.top_k < 0:
-      raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off)")
+      raise ParameterError("top_k", f"top_k={self.top_k} must be >= 0 (0 = off)")
     if not 0 < self.top_p <= 1:
-      raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+      raise ParameterError("top_p", f"top_p={self.top_p} must be in (0, 1]")
     if not 0 <= self.min_p <= 1:
-      raise ValueError(f"min_p={self.min_p} must be in [0, 1]")
+      raise ParameterError("min_p", f"min_p={self.min_p} must be in [0, 1]")
     if not 0 <= self.seed < 2**32:
-      raise ValueError(f"seed={self.seed} must be in [0, 2**32)")
+      raise ParameterError("seed", f"seed={self.seed} must be in [0, 2**32)")
     for name in ("presence_penalty", "frequency_penalty"):
       if not abs(getattr(self, name)) < float("inf"):
-        raise ValueError(f"{name}={getattr(self, name)} must be finite")
+        raise ParameterError(name, f"{name}={getattr(self, name)} must be finite")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +112,37 @@ class GenerationRequest:
       self.request_id = f"req-{next(_IDS)}"
     self.prompt_ids = tuple(int(t) for t in self.prompt_ids)
     self.stop = tuple(self.stop)
+
+  def validate(self) -> None:
+    """Every rule on the request's own fields, written once (the engine, the API, the CLI
+    and the server all call it before anything is queued).
+
+    Raises:
+      ParameterError: the field at fault in `.param` (sampling fields by their own names).
+      RequestConflictError: fields that cannot be combined (also a FeatureConflictError):
+        stop strings with a constraint or tools, a sampling law's conditions
+        (`faithful`).
+    """
+    self.sampling.validate()
+    if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or (
+        self.max_tokens < 1):
+      raise ParameterError("max_tokens", f"max_tokens={self.max_tokens!r} must be an integer "
+                           f">= 1")
+    if not self.prompt_ids:
+      raise ParameterError("prompt", "the prompt is empty: give at least one token")
+    for name in ("thinking_budget", "max_drafts"):
+      value = getattr(self, name)
+      if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 0):
+        raise ParameterError(name, f"{name}={value!r} must be an integer >= 0 or None")
+    if self.stop and (self.constraint is not None or self.tools is not None):
+      from infernix_jax.errors import RequestConflictError
+      raise RequestConflictError(
+          "stop", "extra stop strings cannot be combined with an output constraint or tools: "
+          "a constrained output ends when its grammar accepts EOS; drop the stop strings or "
+          "the constraint")
+    from infernix_jax.faithful.rules import check_law
+    check_law(self)
 
 
 class FinishReason(str, enum.Enum):

@@ -8,47 +8,56 @@ import json
 import pytest
 from absl import flags
 
-from infernix_jax.runtime import cli
+from infernix_jax.cli import generate as cli
+from infernix_jax.cli import main as cli_main
 
 
 def run_cli(args):
   flags.FLAGS.unparse_flags()
   argv = flags.FLAGS(["infernix-jax"] + list(args))
-  return cli.main(argv)
+  return cli_main.main(argv)
 
 
 @pytest.mark.parametrize("args,message", [
     (["generate", "--json-object", "--regex=a"], "mutually exclusive"),
     (["generate", "--choice=a", "--grammar-file=x.gbnf"], "mutually exclusive"),
-    (["generate", "--top-p=0"], "--top-p=0.0 must be in (0, 1]"),
+    (["generate", "--top-p=0"], "--top-p: top_p=0.0 must be in (0, 1]"),
     (["generate", "--min-p=2"], "--min-p"),
-    (["generate", "--k=-1"], "--k=-1 must be >= 0"),
-    (["generate", "--thinking-budget=-2"], "--thinking-budget=-2 must be >= 0"),
+    (["generate", "--k=-1"], "--k: drafter 'ngram': k=-1 must be an integer >= 1"),
+    (["generate", "--thinking-budget=-2"], "--thinking-budget: thinking_budget=-2 must be an"),
     (["generate", "--max-tokens=0"], "--max-tokens"),
     (["generate", "--bridge=fast"], "--bridge"),
-    (["generate", "--drafter=magic"], "--drafter='magic' must be one of none, ngram, jump"),
-    (["generate", "--backend=magic"], "--backend='magic' must be auto or one of xgrammar, trie, "
-                                      "llguidance"),
-    (["generate", "--drafter=draft"], "--draft-model"),
-    (["generate", "--drafter=ngram", "--drafter-weights=random"],
-     "--drafter-weights applies to --drafter mtp, dflash or dflash2, not 'ngram'"),
-    (["generate", "--drafter=mtp", "--drafter-weights=/nonexistent/m.safetensors"],
-     "--drafter-weights='/nonexistent/m.safetensors': no such file"),
-    (["generate", "--choice=a", "--stop=b"], "--stop cannot be combined"),
+    (["generate", "--drafter=magic"], "--drafter: unknown drafter 'magic'; known drafters: "
+                                      "none, ngram, jump"),
+    (["generate", "--backend=magic"], "--backend: 'magic' must be auto or one of xgrammar, "
+                                      "trie, llguidance"),
+    (["generate", "--drafter=draft"], "--drafter-opt model=...: drafter 'draft'"),
+    (["generate", "--drafter=ngram", "--drafter-opt=weights=random"],
+     "--drafter-opt weights=...: drafter 'ngram' has no option 'weights'; its options: k, "
+     "min_n, n"),
+    (["generate", "--drafter=mtp", "--drafter-opt=weights=/nonexistent/m.safetensors"],
+     "--drafter-opt weights=...: drafter 'mtp': weights='/nonexistent/m.safetensors': no "
+     "such file"),
+    (["generate", "--drafter=ngram", "--drafter-opt=n=two"],
+     "--drafter-opt n=...: drafter 'ngram': 'two' is not an integer"),
+    (["generate", "--drafter-opt=n"], "--drafter-opt='n' must be key=value"),
+    (["generate", "--plugin=no_such_plugin_module"],
+     "--plugin: cannot import plug-in module 'no_such_plugin_module'"),
+    (["generate", "--choice=a", "--stop=b"], "--stop: extra stop strings cannot be combined"),
     (["generate", "--choice=a", "--law-tolerance=0.1"],
-     "--law-tolerance=0.1 applies to --sampling-law=exact-finite only"),
+     "--law-tolerance: law_tolerance=0.1 applies to sampling_law='exact-finite' only"),
     (["generate", "--choice=a", "--sampling-law=exact-finite", "--temperature=1",
-      "--law-tolerance=2"], "--law-tolerance=2.0 must be in [0, 1)"),
+      "--law-tolerance=2"], "--law-tolerance: law_tolerance=2.0 must be a number in [0, 1)"),
     (["generate", "--unconstrained", "--json-object"], "--unconstrained conflicts"),
     (["generate", "--json-schema-file=/nonexistent/s.json"],
      "--json-schema-file=/nonexistent/s.json: no such file"),
-    (["generate", "--mesh=tp=2,pp=2"], "--mesh='tp=2,pp=2': unknown key 'pp' in 'pp=2'"),
-    (["generate", "--mesh=tp=2"], "--mesh='tp=2': needs dp * tp = 2 devices, only 1 are"),
+    (["generate", "--mesh=tp=2,pp=2"], "--mesh: 'tp=2,pp=2': unknown key 'pp' in 'pp=2'"),
+    (["generate", "--mesh=tp=2"], "--mesh: 'tp=2': needs dp * tp = 2 devices, only 1 are"),
     (["frobnicate"], "expected a command, generate or serve, got frobnicate"),
-    (["serve", "--lanes=0"], "--lanes=0 must be >= 1"),
+    (["serve", "--lanes=0"], "--lanes: lanes=0 must be an integer >= 1"),
     (["serve", "--port=70000"], "--port=70000 must be in [0, 65535]"),
-    (["serve", "--drafter=magic"], "--drafter='magic' must be one of"),
-    (["serve", "--model=/nonexistent/m.gguf"], "--model=/nonexistent/m.gguf: no such file"),
+    (["serve", "--drafter=magic"], "--drafter: unknown drafter 'magic'"),
+    (["serve", "--model=/nonexistent/m.gguf"], "--model: /nonexistent/m.gguf: no such file"),
 ])
 def test_invalid_flags_give_one_error_line(args, message, capsys):
   assert run_cli(args) == 2
@@ -114,7 +123,7 @@ def test_help_lists_the_command_flags_by_group():
   """`generate --help` exits 0 and prints every CLI flag under its heading."""
   import subprocess
   import sys
-  proc = subprocess.run([sys.executable, "-m", "infernix_jax.runtime.cli", "generate", "--help"],
+  proc = subprocess.run([sys.executable, "-m", "infernix_jax.cli", "generate", "--help"],
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   text = proc.stdout
@@ -129,8 +138,8 @@ def test_help_lists_the_command_flags_by_group():
 
 
 def test_help_groups_cover_every_cli_flag():
-  from infernix_jax.runtime import _cli_help
-  from infernix_jax.serve import command
+  from infernix_jax.cli import help as _cli_help
+  from infernix_jax.cli import serve as command
   grouped = [name for _, names in _cli_help.GROUPS for name in names]
   defined = {f.name for f in flags.FLAGS.get_flags_for_module(cli.__name__)}
   assert sorted(grouped) == sorted(defined)
@@ -143,7 +152,7 @@ def test_help_groups_cover_every_cli_flag():
 def test_serve_help_lists_the_server_flags():
   import subprocess
   import sys
-  proc = subprocess.run([sys.executable, "-m", "infernix_jax.runtime.cli", "serve", "--help"],
+  proc = subprocess.run([sys.executable, "-m", "infernix_jax.cli", "serve", "--help"],
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   text = proc.stdout
@@ -158,9 +167,11 @@ def test_serve_help_lists_the_server_flags():
 @pytest.fixture
 def no_model_load(monkeypatch):
   """Fails the test if the CLI tries to load weights."""
-  def load(path):
-    raise AssertionError(f"the model was loaded ({path}) before the error was found")
-  monkeypatch.setattr(cli, "_load", load)
+  from infernix_jax.runtime import build
+
+  def load(spec, **kw):
+    raise AssertionError(f"the model was loaded ({spec.model}) before the error was found")
+  monkeypatch.setattr(build, "load_target", load)
 
 
 def assert_one_error(capsys, *parts):
@@ -192,12 +203,12 @@ def test_lenient_drops_the_keyword_and_names_it(tmp_path, capsys, no_model_load)
 def test_inline_schema_conflicts_with_schema_file(capsys, no_model_load):
   assert run_cli(["generate", '--json-schema={"type": "object"}', "--json-schema-file=s.json"
                   ]) == 2
-  assert_one_error(capsys, "--json-schema-file and --json-schema", "mutually exclusive")
+  assert_one_error(capsys, "--json-schema: ", "mutually exclusive")
 
 
 def test_lenient_needs_a_schema(capsys, no_model_load):
   assert run_cli(["generate", "--regex=a", "--lenient"]) == 2
-  assert_one_error(capsys, "--lenient applies to JSON Schema")
+  assert_one_error(capsys, "--lenient: applies to json_schema only")
 
 
 def test_bad_regex_fails_before_loading(capsys, no_model_load):
@@ -207,7 +218,7 @@ def test_bad_regex_fails_before_loading(capsys, no_model_load):
 
 def test_k0_with_a_drafting_drafter_fails_before_loading(capsys, no_model_load):
   assert run_cli(["generate", "--k=0", "--drafter=ngram", "--nojump-forward", "--prompt=x"]) == 2
-  assert_one_error(capsys, "--k=0 must be >= 1 for --drafter=ngram")
+  assert_one_error(capsys, "--k: drafter 'ngram': k=0 must be an integer >= 1")
 
 
 def test_missing_tools_file_fails_before_loading(capsys, no_model_load):
@@ -216,9 +227,9 @@ def test_missing_tools_file_fails_before_loading(capsys, no_model_load):
 
 
 @pytest.mark.parametrize("args,parts", [
-    (["--layout=diagonal"], ("--layout='diagonal'", "unrolled")),
-    (["--weights=fp4"], ("--weights='fp4'", "int8")),
-    (["--layout=stacked", "--weights=int8"], ("--weights=int8 needs --layout=unrolled",)),
+    (["--layout=diagonal"], ("--layout: layout='diagonal'", "unrolled")),
+    (["--weights=fp4"], ("--weights: weights='fp4'", "int8")),
+    (["--layout=stacked", "--weights=int8"], ("--weights: weights=int8 needs the unrolled",)),
 ])
 def test_layout_and_weights_flags_fail_before_loading(args, parts, capsys, no_model_load):
   assert run_cli(["generate", *args]) == 2
@@ -227,7 +238,7 @@ def test_layout_and_weights_flags_fail_before_loading(args, parts, capsys, no_mo
 
 def test_unrolled_layout_cannot_be_sharded(capsys, no_model_load):
   assert run_cli(["generate", "--mesh=tp=1", "--layout=unrolled"]) == 2
-  assert_one_error(capsys, "--layout=unrolled cannot be sharded")
+  assert_one_error(capsys, "--layout: the unrolled layout cannot be sharded")
 
 
 TOOLS = [{"type": "function", "function": {

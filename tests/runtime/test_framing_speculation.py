@@ -295,7 +295,7 @@ def test_cli_tool_calls_from_hf_dir(tiny_qwen3_dir, qwen3_vocab, tmp_path, capsy
 
   from absl import flags
 
-  from infernix_jax.runtime import cli
+  from infernix_jax.cli import main as cli_main
   tools_file = tmp_path / "tools.json"
   tools_file.write_text(json.dumps([{"type": "function", "function": ENUM_TOOL}]))
   out_file = tmp_path / "out.json"
@@ -304,7 +304,7 @@ def test_cli_tool_calls_from_hf_dir(tiny_qwen3_dir, qwen3_vocab, tmp_path, capsy
                       "--prompt=turbo please", f"--tools-file={tools_file}",
                       "--tool-choice=set_mode", "--drafter=ngram", "--k=4", "--max-tokens=96",
                       f"--json-out={out_file}", "--nowarmup", "--nostream"])
-  assert cli.main(argv) == 0, capsys.readouterr().err
+  assert cli_main.main(argv) == 0, capsys.readouterr().err
   result = json.loads(out_file.read_text())
   assert result["finish_reason"] == "stop" and result["constraint"]["kind"] == "tools"
   assert result["constraint"]["terminated"] and result["constraint"]["branch"] == "tools"

@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
-from infernix_jax.serve import command as _serve_command  # noqa: F401 (defines serve's flags)
+from infernix_jax.errors import ParameterError
 
 FLAGS = flags.FLAGS
 
@@ -41,16 +41,16 @@ flags.DEFINE_string("system", None, "Optional system message (with --chat).")
 flags.DEFINE_string("model", None, "A local HF directory or GGUF file (default: the embedded "
                     "SmolLM2-135M-Instruct).")
 flags.DEFINE_string("drafter", "ngram", "Drafter by registered name (--help lists them).")
-flags.DEFINE_integer("k", 4, "Draft length K (drafts per round).")
-flags.DEFINE_integer("ngram-n", 3, "Longest n-gram of the n-gram drafter.")
+flags.DEFINE_integer("k", 4, "Draft length K (drafts per round; the drafter option k).")
+flags.DEFINE_multi_string("drafter-opt", None, "One option of the drafter, key=value (repeat "
+                          "the flag; --help lists each drafter's options), e.g. n=2 for "
+                          "ngram, model=PATH for draft, weights=PATH|random for mtp.")
+flags.DEFINE_multi_string("plugin", None, "A module to import first (repeat the flag); it "
+                          "registers drafters or constraint backends through "
+                          "infernix_jax.drafters.register / infernix_jax.backends.register.")
 flags.DEFINE_boolean("jump-forward", None, "Add grammar jump-forward drafts (default: on when "
                      "a constraint is given and the drafter is not 'none').")
 flags.DEFINE_boolean("masked-q", True, "Mask sampling drafters' q with the grammar (ablation).")
-flags.DEFINE_string("draft-model", None, "Draft model (HF directory or GGUF) for --drafter=draft.")
-flags.DEFINE_string("drafter-weights", None,
-                    "Weights of --drafter mtp|dflash|dflash2: a drafter .safetensors file, or "
-                    "'random' (untrained, for mechanism tests). Default: the weights shipped "
-                    "for the embedded SmolLM2-135M-Instruct.")
 flags.DEFINE_float("temperature", 0.0, "Sampling temperature (0 = greedy).")
 flags.DEFINE_integer("top-k", 0, "Top-k over legal tokens (0 = off).")
 flags.DEFINE_float("top-p", 1.0, "Top-p (1 = off).")
@@ -119,6 +119,77 @@ class UsageError(ValueError):
   """Conflicting or invalid command-line flags."""
 
 
+# Parameters (of EngineSpec, GenerationRequest, SamplingOptions, the constraint options)
+# whose flag is not `--` + the name with dashes.
+_FLAG_OF = {
+    "json_schema": "--json-schema", "grammar": "--grammar-file", "tools": "--tools-file",
+    "tool_choice": "--tool-choice", "plugins": "--plugin", "prompt": "--prompt",
+    "drafter_options": "--drafter-opt",
+}
+
+
+def flag_of(param: str) -> str:
+  """The command-line flag of a library parameter name (`ParameterError.param`)."""
+  if param.startswith("drafter_options."):
+    key = param.split(".", 1)[1]
+    given = [p.partition("=")[0].strip() for p in FLAGS["drafter-opt"].value or ()]
+    return "--k" if key == "k" and "k" not in given else f"--drafter-opt {key}=..."
+  if param == "json_schema" and FLAGS["json-schema-file"].value:
+    return f"--json-schema-file={FLAGS['json-schema-file'].value}"
+  return _FLAG_OF.get(param, "--" + param.replace("_", "-"))
+
+
+def usage_error(e: ParameterError) -> UsageError:
+  """A library ParameterError under the flag that set the parameter."""
+  return UsageError(f"{flag_of(e.param)}: {e.message}")
+
+
+def drafter_options() -> dict:
+  """--drafter-opt key=value pairs, with --k as the option k of a drafting drafter.
+
+  Raises:
+    UsageError: a pair is not key=value, or a key is repeated.
+  """
+  from infernix_jax.runtime import drafters
+  f = FLAGS
+  options: dict = {}
+  for pair in f["drafter-opt"].value or ():
+    key, eq, value = pair.partition("=")
+    if not eq or not key.strip():
+      raise UsageError(f"--drafter-opt={pair!r} must be key=value (e.g. n=2)")
+    if key.strip() in options:
+      raise UsageError(f"--drafter-opt {key.strip()} is given twice")
+    options[key.strip()] = value
+  try:
+    drafts = drafters.entry(f.drafter).drafts
+  except ParameterError as e:
+    raise usage_error(e) from None
+  if drafts and "k" not in options:
+    options["k"] = f.k
+  return options
+
+
+def engine_spec(*, lanes: int = 1, capacity: int = 2048, jump_forward: bool | None = None):
+  """The EngineSpec of the model, drafting and engine flags (validated, nothing loaded).
+
+  Raises:
+    UsageError: the flag at fault and why.
+  """
+  from infernix_jax.runtime.build import EngineSpec, load_plugins
+  f = FLAGS
+  try:
+    load_plugins(tuple(f.plugin or ()))
+    spec = EngineSpec(model=f.model, dtype=f.dtype, layout=f.layout, weights=f.weights,
+                      drafter=f.drafter, drafter_options=drafter_options(),
+                      jump_forward=jump_forward, masked_q=f["masked-q"].value, lanes=lanes,
+                      capacity=capacity, bridge=f.bridge, backend=f.backend, mesh=f.mesh,
+                      device_automaton=f["device-automaton"].value,
+                      compile_cache=f["compile-cache"].value, plugins=tuple(f.plugin or ()))
+    return spec.validate()
+  except ParameterError as e:
+    raise usage_error(e) from None
+
+
 def _constraint_flags_given() -> bool:
   f = FLAGS
   return bool(f["json-schema-file"].value or f["json-schema"].value is not None
@@ -127,92 +198,14 @@ def _constraint_flags_given() -> bool:
 
 
 def _validate() -> None:
+  """What only the command line can get wrong (the rest is the spec's and the request's)."""
   f = FLAGS
-  if f.k < 0:
-    raise UsageError(f"--k={f.k} must be >= 0")
-  budget = f["thinking-budget"].value
-  if budget is not None and budget < 0:
-    raise UsageError(f"--thinking-budget={budget} must be >= 0")
-  if f["max-tokens"].value < 1:
-    raise UsageError(f"--max-tokens={f['max-tokens'].value} must be >= 1")
-  if f.temperature < 0:
-    raise UsageError(f"--temperature={f.temperature} must be >= 0")
-  if not 0 < f["top-p"].value <= 1:
-    raise UsageError(f"--top-p={f['top-p'].value} must be in (0, 1]")
-  if not 0 <= f["min-p"].value <= 1:
-    raise UsageError(f"--min-p={f['min-p'].value} must be in [0, 1]")
-  if f["top-k"].value < 0:
-    raise UsageError(f"--top-k={f['top-k'].value} must be >= 0")
-  tolerance = f["law-tolerance"].value
-  if not 0 <= tolerance < 1:
-    raise UsageError(f"--law-tolerance={tolerance} must be in [0, 1)")
-  if tolerance and f["sampling-law"].value != "exact-finite":
-    raise UsageError(f"--law-tolerance={tolerance} applies to --sampling-law=exact-finite only")
-  from infernix_jax.models import unrolled
-  if f.layout is not None and f.layout not in unrolled.LAYOUTS:
-    raise UsageError(f"--layout={f.layout!r} must be one of {', '.join(unrolled.LAYOUTS)}")
-  if f.mesh is not None and f.layout == "unrolled":
-    raise UsageError("--layout=unrolled cannot be sharded: drop it with --mesh (sharding "
-                     "rules follow the stacked layout)")
-  if f.weights is not None and f.weights not in unrolled.WEIGHT_DTYPES:
-    raise UsageError(f"--weights={f.weights!r} must be one of "
-                     f"{', '.join(unrolled.WEIGHT_DTYPES)}")
-  if f.weights is not None and _layout() != "unrolled":
-    raise UsageError(f"--weights={f.weights} needs --layout=unrolled (and no --mesh)")
-  if f.bridge not in ("stages", "callback"):
-    raise UsageError(f"--bridge={f.bridge!r} must be stages or callback")
   if f.unconstrained and _constraint_flags_given():
     raise UsageError("--unconstrained conflicts with the constraint flags; drop one")
-  if f.stop and (_constraint_flags_given() or (f.prompt is None and not f.unconstrained)):
-    raise UsageError("--stop cannot be combined with an output constraint: constrained output "
-                     "ends when the grammar accepts EOS")
-  from infernix_jax.runtime import drafters
-  if f.drafter not in drafters.names():
-    raise UsageError(f"--drafter={f.drafter!r} must be one of {', '.join(drafters.names())}")
-  from infernix_jax.constrain import backends
-  if f.backend != "auto" and f.backend not in backends.names():
-    raise UsageError(f"--backend={f.backend!r} must be auto or one of "
-                     f"{', '.join(backends.names())}")
-  if f["draft-model"].value and f.drafter != "draft":
-    raise UsageError("--draft-model needs --drafter=draft")
-  if f["drafter-weights"].value and f.drafter not in ("mtp", "dflash", "dflash2"):
-    raise UsageError(f"--drafter-weights applies to --drafter mtp, dflash or dflash2, not "
-                     f"{f.drafter!r}")
-  weights = f["drafter-weights"].value
-  if weights and weights != "random" and not Path(weights).is_file():
-    raise UsageError(f"--drafter-weights={weights!r}: no such file (a drafter .safetensors "
-                     f"file, or 'random')")
-  if f.drafter == "draft" and not f["draft-model"].value:
-    raise UsageError("--drafter=draft needs --draft-model=PATH (an HF directory or GGUF file)")
-  if f.k < 1 and _jump_forward():
-    raise UsageError(f"--k={f.k} must be >= 1 with jump-forward drafts (pass --nojump-forward "
-                     f"or --k >= 1)")
-  if f.k < 1 and drafters.entry(f.drafter).drafts:
-    raise UsageError(f"--k={f.k} must be >= 1 for --drafter={f.drafter} (use --drafter=none "
-                     f"for no drafts)")
-  for name in ("tools-file", "draft-model"):
+  for name in ("tools-file", "json-schema-file", "grammar-file"):
     path = f[name].value
-    if path is not None and not Path(path).exists():
+    if path is not None and not Path(path).is_file():
       raise UsageError(f"--{name}={path}: no such file")
-  if f.model is not None and not Path(f.model).exists():
-    raise UsageError(f"--model={f.model}: no such file or directory")
-  _mesh()
-
-
-def _mesh():
-  """The --mesh device mesh (None: one device).
-
-  Raises:
-    UsageError: the spec is malformed or does not fit the devices (the message names the part).
-  """
-  spec = FLAGS.mesh
-  if spec is None:
-    return None
-  from infernix_jax.models import sharding
-  try:
-    return sharding.parse_mesh(spec, name="--mesh")
-  except ValueError as e:
-    raise UsageError(str(e)) from None
 
 
 def _demo() -> bool:
@@ -221,33 +214,18 @@ def _demo() -> bool:
   return f.prompt is None and not _constraint_flags_given() and not f.unconstrained
 
 
-def _jump_forward() -> bool:
+def _jump_forward() -> bool | None:
   """--jump-forward, or its default: on when a constraint is given and the drafter drafts."""
   f = FLAGS
   jump = f["jump-forward"].value
   if jump is None:
+    from infernix_jax.runtime import drafters
     constrained = _constraint_flags_given() or _demo() or bool(f["tools-file"].value)
-    jump = constrained and f.drafter != "none"
+    try:
+      jump = constrained and drafters.entry(f.drafter).drafts
+    except ParameterError as e:
+      raise usage_error(e) from None
   return jump
-
-
-def _layout() -> str:
-  """--layout, defaulting to unrolled on one device and stacked with --mesh."""
-  if FLAGS.layout is not None:
-    return FLAGS.layout
-  return "stacked" if FLAGS.mesh is not None else "unrolled"
-
-
-def _load(path):
-  from infernix_jax import models as im
-  return im.load_model(path, dtype=FLAGS.dtype, layout=_layout(), weights=FLAGS.weights)
-
-
-def _vocabulary(source):
-  from infernix_jax import constrain as ic
-  if str(source).endswith(".gguf"):
-    return ic.Vocabulary.from_gguf(source)
-  return ic.Vocabulary.from_tokenizer_json(source)
 
 
 @contextlib.contextmanager
@@ -265,20 +243,6 @@ def _phase(what: str):
   sys.stderr.flush()
 
 
-def _vocab_source(model: str | None) -> Path:
-  """The tokenizer source of --model, found without loading weights (GGUF or tokenizer.json).
-
-  Raises:
-    UsageError: --model is neither an HF directory with tokenizer.json, an infernix
-      checkpoint remembering its tokenizer, nor a .gguf file.
-  """
-  from infernix_jax import models as im
-  try:
-    return im.model_source(model)
-  except FileNotFoundError as e:
-    raise UsageError(f"--model={model}: {e}" if model is not None else str(e)) from None
-
-
 def _constraint_option() -> str:
   """The constraint flag as the user gave it, for error messages."""
   f = FLAGS
@@ -293,34 +257,77 @@ def _constraint_option() -> str:
   return "the built-in JSON Schema"
 
 
+def _read(flag: str) -> str | None:
+  path = FLAGS[flag].value
+  return None if path is None else Path(path).read_text(encoding="utf-8")
+
+
+def _request(prompt_ids, constraint, tools, *, on_token=None):
+  """The GenerationRequest of the flags, validated (errors under their flags)."""
+  from infernix_jax.runtime.types import GenerationRequest
+  f = FLAGS
+  request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=f["max-tokens"].value,
+                              sampling=_sampling(), constraint=constraint, tools=tools,
+                              tool_choice=f["tool-choice"].value if tools else None,
+                              stop=tuple(f.stop or ()), on_token=on_token,
+                              thinking_budget=f["thinking-budget"].value,
+                              backend=None if f.backend == "auto" else f.backend,
+                              sampling_law=f["sampling-law"].value,
+                              law_tolerance=f["law-tolerance"].value)
+  try:
+    request.validate()
+  except ParameterError as e:
+    raise usage_error(e) from None
+  return request
+
+
 def _prepare():
   """Checks everything that does not need the model's weights.
 
   Returns:
-    (constraint or None, vocabulary source, Vocabulary, ConstraintCompiler, tools or None).
+    (EngineSpec, constraint or None, vocabulary source, Vocabulary, ConstraintCompiler,
+    tools or None).
 
   Raises:
     UsageError: a flag, a file or the constraint is invalid (the message names the flag, the
       file and the location inside it).
   """
   from infernix_jax import constrain as ic
-  from infernix_jax.runtime import _build
+  from infernix_jax.constrain.options import constraint_from_options
+  from infernix_jax.runtime import build
 
+  from infernix_jax.constrain.options import check_exclusive
   f = FLAGS
+  if f["json-schema-file"].value and f["json-schema"].value is not None:
+    raise UsageError("--json-schema-file and --json-schema are mutually exclusive (two "
+                     "spellings of the json_schema option); give one")
+  try:
+    check_exclusive(json_schema=bool(f["json-schema-file"].value or f["json-schema"].value),
+                    json_object=f["json-object"].value, grammar=bool(f["grammar-file"].value),
+                    regex=f.regex is not None, choice=bool(f.choice), lenient=f.lenient)
+  except ParameterError as e:
+    raise usage_error(e) from None
   _validate()
-  _sampling().validate()
-  constraint = _build.make_constraint(
-      json_schema_file=f["json-schema-file"].value, json_object=f["json-object"].value,
-      grammar_file=f["grammar-file"].value, regex=f.regex, choices=f.choice,
-      json_schema_text=DEMO_SCHEMA if _demo() else f["json-schema"].value,
-      lenient=f.lenient)
+  spec = engine_spec(jump_forward=_jump_forward())
+  schema = DEMO_SCHEMA if _demo() else (
+      f["json-schema"].value if f["json-schema"].value is not None else _read("json-schema-file"))
+  try:
+    constraint = constraint_from_options(json_schema=schema, json_object=f["json-object"].value,
+                                         grammar=_read("grammar-file"), regex=f.regex,
+                                         choice=f.choice or None, lenient=f.lenient)
+  except ParameterError as e:
+    raise usage_error(e) from None
   tools = _tools()
-  source = _vocab_source(f.model)
+  _request([0], constraint, tools)  # every request rule, before anything loads
+  try:
+    source = build.model_source(spec)
+  except ParameterError as e:
+    raise usage_error(e) from None
   if tools is not None and f.chat:
     _chat_template(source)
   dropped = ()
   with _phase("compiling constraint" if constraint is not None else "loading vocabulary"):
-    vocab = _vocabulary(source)
+    vocab = build.vocabulary(source)
     compiler = ic.ConstraintCompiler(vocab)
     if constraint is not None:
       try:
@@ -329,21 +336,10 @@ def _prepare():
       except ic.ConstraintError as e:
         raise UsageError(f"{_constraint_option()}: {e}") from None
       dropped = compiled.dropped
-  if f["sampling-law"].value != "local":
-    from infernix_jax.runtime._session import check_request
-    from infernix_jax.runtime.types import GenerationRequest
-    try:
-      check_request(GenerationRequest([0], max_tokens=1, sampling=_sampling(),
-                                      constraint=constraint, tools=tools,
-                                      thinking_budget=f["thinking-budget"].value,
-                                      sampling_law=f["sampling-law"].value,
-                                      law_tolerance=f["law-tolerance"].value))
-    except ValueError as e:
-      raise UsageError(f"--sampling-law: {e}") from None
   for pointer, keyword in dropped:
     print(f"--lenient: dropped {keyword!r} (at {pointer or '/'}); the output need not satisfy "
           f"it", file=sys.stderr)
-  return constraint, source, vocab, compiler, tools
+  return spec, constraint, source, vocab, compiler, tools
 
 
 def _sampling():
@@ -377,38 +373,29 @@ def frame_prompt(tok, prompt: str, *, system: str | None = None) -> str:
 
 def generate() -> dict:
   """Runs one generation from the flags; returns the result dict (also printed)."""
-  from infernix_jax import models as im
-  from infernix_jax.runtime import drafters
-  from infernix_jax.runtime.engine import Engine
+  import dataclasses
+
+  from infernix_jax.runtime import build
   from infernix_jax.runtime.types import GenerationRequest
 
-  from infernix_jax.runtime import compile_cache
-
   f = FLAGS
-  constraint, source, vocab, compiler, tools = _prepare()
-  compile_cache.enable(f["compile-cache"].value)
+  spec, constraint, source, vocab, compiler, tools = _prepare()
   demo = _demo()
-  jump = _jump_forward()
-  sampling = _sampling()
   t0 = time.perf_counter()
   with _phase("loading model"):
-    cfg, model, _ = _load(f.model)
-    tok = im.load_tokenizer(source)
-    draft = _load(f["draft-model"].value) if f["draft-model"].value else None
-    drafter = drafters.create(f.drafter, k=f.k, ngram_n=f["ngram-n"].value, jump_forward=jump,
-                              target=(cfg, model), draft_model=draft[:2] if draft else None,
-                              draft_sampling=f.temperature > 0, seed=f.seed,
-                              weights=f["drafter-weights"].value)
+    target = build.load_target(spec, vocab=vocab)
+  tok = target.tokenizer
   prompt = f.prompt if f.prompt is not None else DEMO_PROMPT
   if f.chat:
     prompt = (_render_with_tools(source, vocab, chat_messages(prompt, f.system), tools)
               if tools is not None else frame_prompt(tok, prompt, system=f.system))
   ids = tok.encode(prompt)
+  capacity = -(-(len(ids) + f["max-tokens"].value + spec.k + 1) // 64) * 64
+  with _phase("building the engine"):
+    built = build.build_engine(dataclasses.replace(spec, capacity=capacity), target=target,
+                               compiler=compiler)
+  engine, drafter = built.engine, built.drafter
   load_s = time.perf_counter() - t0
-  capacity = -(-(len(ids) + f["max-tokens"].value + drafter.k + 1) // 64) * 64
-  engine = Engine(model, vocab, drafter, lanes=1, capacity=capacity, bridge=f.bridge,
-                  masked_q=f["masked-q"].value, cfg=cfg, compiler=compiler,
-                  device_automaton=f["device-automaton"].value, mesh=_mesh())
 
   def stream(event):
     if f.stream and event.text:
@@ -422,14 +409,11 @@ def generate() -> dict:
       if constraint is not None:  # the constrained round compiles Finish with a mask
         engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2, constraint=constraint,
                                            backend=None if f.backend == "auto" else f.backend)])
-  request = GenerationRequest(prompt_ids=ids, max_tokens=f["max-tokens"].value,
-                              sampling=sampling, constraint=constraint,
-                              tools=tools, tool_choice=f["tool-choice"].value if tools else None,
-                              stop=tuple(f.stop or ()), on_token=stream,
-                              thinking_budget=f["thinking-budget"].value,
-                              backend=None if f.backend == "auto" else f.backend,
-                              sampling_law=f["sampling-law"].value,
-                              law_tolerance=f["law-tolerance"].value)
+  request = _request(ids, constraint, tools, on_token=stream)
+  try:
+    engine.check_fits(request)
+  except ParameterError as e:
+    raise usage_error(e) from None
   result = engine.generate([request])[0]
   if f.stream:
     sys.stdout.write("\n")
@@ -441,7 +425,8 @@ def generate() -> dict:
   out["bridge"] = f.bridge
   out["backend"] = f.backend
   out["load_seconds"] = load_s
-  out["request"] = _request_record(prompt, ids, constraint, sampling, drafter, source)
+  out["request"] = _request_record(prompt, ids, constraint, request.sampling, drafter, source,
+                                   spec)
   if tools is not None:
     out["tool_calls"] = _tool_calls(vocab, ids, tools, constraint, result)
   _print_stats(result, drafter, out)
@@ -456,7 +441,7 @@ def generate() -> dict:
 _PACKAGES = ("infernix_jax", "jax", "jaxlib", "flax", "xgrammar", "llguidance")
 
 
-def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
+def _request_record(prompt, ids, constraint, sampling, drafter, source, spec) -> dict:
   """What was asked, for --json-out: enough to rerun it and to know with which packages."""
   import dataclasses
   from importlib import metadata
@@ -488,14 +473,16 @@ def _request_record(prompt, ids, constraint, sampling, drafter, source) -> dict:
       "sampling": dataclasses.asdict(sampling),
       "max_tokens": f["max-tokens"].value,
       "drafter": {"flag": f.drafter, "name": drafter.name, "k": drafter.k,
-                  "ngram_n": f["ngram-n"].value, "jump_forward": _jump_forward(),
-                  "masked_q": f["masked-q"].value, "draft_model": f["draft-model"].value},
+                  "options": {k: v if isinstance(v, (int, float, bool, str, type(None)))
+                              else repr(v) for k, v in spec.drafter_options.items()},
+                  "jump_forward": bool(spec.jump_forward), "masked_q": spec.masked_q,
+                  "plugins": list(spec.plugins)},
       "bridge": f.bridge,
       "device_automaton": f["device-automaton"].value,
       "model": str(f.model) if f.model is not None else None,
       "model_path": str(source),
       "dtype": f.dtype,
-      "layout": _layout(),
+      "layout": spec.resolved_layout,
       "weights": f.weights,
       "mesh": f.mesh,
       "seed": f.seed,
@@ -590,65 +577,3 @@ def _check_demo(result, out) -> None:
   jsonschema.validate(value, json.loads(DEMO_SCHEMA))
   out["schema_valid"] = True
   print("--- output validates against the JSON Schema (jsonschema)")
-
-
-COMMANDS = ("generate", "serve")
-
-
-def _serve() -> int:
-  """`serve`: the generate command's model and drafting flags, then the server's own."""
-  from infernix_jax.serve import command
-  command.check()
-  _validate()
-  return command.serve(jump_forward=_jump_forward_default_on(), layout=_layout())
-
-
-def _jump_forward_default_on() -> bool:
-  """--jump-forward, or on unless the drafter is 'none' (a server's requests are mostly
-  constrained; jump-forward drafts only apply to constrained lanes)."""
-  jump = FLAGS["jump-forward"].value
-  return FLAGS.drafter != "none" if jump is None else jump
-
-
-def main(argv) -> int:
-  """absl entry point: `generate` or `serve`."""
-  args = argv[1:]
-  if len(args) != 1 or args[0] not in COMMANDS:
-    print(f"error: expected a command, generate or serve, got {' '.join(args) or 'nothing'} "
-          f"(usage: infernix-jax generate|serve [--flags]; --help lists them)", file=sys.stderr)
-    return 2
-  from infernix_jax.constrain.errors import ConstraintError
-  from infernix_jax.runtime.errors import CapacityError
-  from infernix_jax.serve.command import ServeUsageError
-  try:
-    if args[0] == "serve":
-      return _serve()
-    generate()
-  except (UsageError, ServeUsageError, ConstraintError, CapacityError, FileNotFoundError,
-          ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
-
-
-HELP_ARGS = ("-h", "--help", "-help", "--helpshort", "-?")
-
-
-def run() -> None:
-  """Console-script entry (`infernix-jax`)."""
-  if any(a in HELP_ARGS for a in sys.argv[1:]):
-    # absl's --help lists only the main module's key flags and exits 1: print ours instead.
-    from infernix_jax.runtime import _cli_help
-    command = "serve" if "serve" in sys.argv[1:] else "generate"
-    print(_cli_help.format_help(command=command))
-    sys.exit(0)
-
-  def entry(argv):
-    from absl import logging
-    logging.set_verbosity(logging.WARNING)
-    sys.exit(main(argv))
-  app.run(entry)
-
-
-if __name__ == "__main__":
-  run()

@@ -1,7 +1,8 @@
 """`infernix-jax serve`: the OpenAI-compatible server on one shared engine.
 
 The model flags (--model, --dtype, --layout, --weights) and drafting flags (--drafter, --k,
-...) are the `generate` command's; this module adds the server's own. Flags are checked
+--drafter-opt, --plugin, ...) are the `generate` command's (`cli.generate.engine_spec` turns
+them into the same EngineSpec); this module adds the server's own. Flags are checked
 before the model loads; the server listens at once and /health answers 503 until the model
 is loaded and warm.
 """
@@ -36,10 +37,6 @@ def _check() -> None:
   f = FLAGS
   if not 0 <= f.port < 65536:
     raise ServeUsageError(f"--port={f.port} must be in [0, 65535]")
-  if f.lanes < 1:
-    raise ServeUsageError(f"--lanes={f.lanes} must be >= 1")
-  if f.capacity < 16:
-    raise ServeUsageError(f"--capacity={f.capacity} must be >= 16")
   try:
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401
@@ -48,17 +45,10 @@ def _check() -> None:
                           "(starlette, uvicorn)") from None
 
 
-def load_llm(*, jump_forward: bool, layout: str):
-  """The LLM of the command-line flags, warmed up (the model flags of `generate`)."""
+def load_llm(spec):
+  """The LLM of an EngineSpec (the command-line flags'), warmed up."""
   from infernix_jax.api import LLM
-  f = FLAGS
-  llm = LLM(f.model, drafter=f.drafter, k=f.k, jump_forward=jump_forward,
-            masked_q=f["masked-q"].value, lanes=f.lanes, capacity=f.capacity,
-            dtype=f.dtype, layout=layout, weights=f.weights, backend=f.backend,
-            bridge=f.bridge, ngram_n=f["ngram-n"].value, draft_model=f["draft-model"].value,
-            drafter_weights=f["drafter-weights"].value, seed=f.seed)
-  llm.warmup()
-  return llm
+  return LLM.from_spec(spec, warmup=True)
 
 
 def check() -> None:
@@ -70,14 +60,13 @@ def check() -> None:
   _check()
 
 
-def serve(*, jump_forward: bool, layout: str) -> int:
+def serve(spec) -> int:
   """Runs the server until interrupted; returns the exit status.
 
   Args:
-    jump_forward, layout: resolved by the CLI from --jump-forward / --layout (and --mesh).
+    spec: the EngineSpec of the model, drafting and engine flags (lanes and capacity from
+      --lanes / --capacity).
   """
-  from infernix_jax.runtime import compile_cache
-  compile_cache.enable(FLAGS["compile-cache"].value)
   import uvicorn
 
   from infernix_jax.models import model_source
@@ -92,7 +81,7 @@ def serve(*, jump_forward: bool, layout: str) -> int:
     t0 = time.perf_counter()
     sys.stderr.write("loading model and warming up ...\n")
     try:
-      llm = load_llm(jump_forward=jump_forward, layout=layout)
+      llm = load_llm(spec)
     except Exception as e:  # noqa: BLE001 (reported by /health and every route)
       state.error = f"{type(e).__name__}: {e}"
       sys.stderr.write(f"error: {state.error}\n")

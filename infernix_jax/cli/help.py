@@ -15,8 +15,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("constraint", ("json-schema-file", "json-schema", "json-object", "grammar-file", "regex",
                     "choice", "lenient", "backend", "device-automaton", "tools-file",
                     "tool-choice", "thinking-budget", "unconstrained", "stop")),
-    ("drafting", ("drafter", "k", "ngram-n", "jump-forward", "masked-q", "draft-model",
-                  "drafter-weights", "bridge")),
+    ("drafting", ("drafter", "k", "drafter-opt", "plugin", "jump-forward", "masked-q",
+                  "bridge")),
     ("sampling", ("temperature", "top-k", "top-p", "min-p", "seed", "presence-penalty",
                   "frequency-penalty", "max-tokens", "sampling-law", "law-tolerance")),
     ("output", ("json-out", "stream", "warmup", "compile-cache")),
@@ -26,8 +26,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 SERVE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("server", ("host", "port", "lanes", "capacity", "served-model-name")),
     ("model", ("model", "dtype", "layout", "weights")),
-    ("drafting", ("drafter", "k", "ngram-n", "jump-forward", "masked-q", "draft-model",
-                  "drafter-weights", "bridge", "backend")),
+    ("drafting", ("drafter", "k", "drafter-opt", "plugin", "jump-forward", "masked-q",
+                  "bridge", "backend")),
     ("output", ("compile-cache",)),
 )
 
@@ -48,7 +48,11 @@ def _registered(name: str) -> list[str]:
   """Lines listing the registered values of --drafter or --backend ([] for other flags)."""
   if name == "drafter":
     from infernix_jax.runtime import drafters
-    return [f"{n}: {drafters.entry(n).help}" for n in drafters.names()]
+    lines = []
+    for n in drafters.names():
+      opts = ", ".join(f"{key}={value!r}" for key, value in drafters.fields(n).items())
+      lines.append(f"{n}: {drafters.entry(n).help} (options: {opts or 'none'})")
+    return lines
   if name == "backend":
     from infernix_jax.constrain import backends
     return ["auto"] + list(backends.names())
