@@ -30,11 +30,12 @@ EOS is legal exactly when the grammar may end); unused ids are empty and never l
 The legal set is llguidance's mask, widened where the grammar forces bytes: there the
 library keeps only the canonical cover and leaves out tokens that spell a strict prefix of
 the forced bytes, although its byte-level check accepts them; the session adds them back
-(`LLGuidanceSession._widen`), so the legal set equals xgrammar's and greedy decoding commits
+(`LLGuidanceMatcher.widen`), so the legal set equals xgrammar's and greedy decoding commits
 the same tokens. Sessions check tokens against these masks (preview, jump-forward), so
 lookahead, preview and fill_batch agree.
 
-Sessions (`_llguidance_session.LLGuidanceSession`, re-exported here) follow `OutputSession`.
+Sessions (`_llguidance_session.LLGuidanceSession`, re-exported here) are `MatcherSession`s over
+the primitives of `_llguidance_session.LLGuidanceMatcher`.
 EOS is never fed to the llguidance matcher: a session records "EOS accepted" itself. (When
 the grammar cannot extend, llguidance takes EOS without recording it on its token stack, so
 a later rollback would undo one token too many.) An illegal token is never fed either
@@ -348,12 +349,13 @@ class LLGuidanceBackend:
       return errors.UnsupportedConstraintError(NAME, "this GBNF grammar", _lj.first_line(msg))
     return error_cls(f"llguidance cannot compile it: {_lj.first_line(msg)}")
 
-  def new_session(self, compiled: Any, prefix: bytes = b"") -> "LLGuidanceSession":
+  def new_session(self, compiled: Any, prefix: bytes = b"", **text) -> "LLGuidanceSession":
     """A session on ``compiled`` (a `CompiledConstraint` of this backend, or its
-    `CompiledLLGuidance`) positioned after the continuation ``prefix`` (PrefixError)."""
+    `CompiledLLGuidance`) positioned after the continuation ``prefix`` (PrefixError);
+    ``text``: the UTF-8 options of `MatcherSession` (no effect: masks are strict already)."""
     if not isinstance(compiled, CompiledLLGuidance):
       compiled = compiled.grammar
-    return LLGuidanceSession(compiled, prefix)
+    return LLGuidanceSession(compiled, prefix, **text)
 
   def fill_batch(self, sessions: Sequence["LLGuidanceSession | None"], drafts: np.ndarray,
                  n_drafts: np.ndarray, out: np.ndarray, *, threads: int = 0) -> np.ndarray:
@@ -382,21 +384,27 @@ class LLGuidanceBackend:
       if s is None:
         continue
       out[b] = 0
-      if not isinstance(s, LLGuidanceSession):
-        raise TypeError(f"row {b}: not an llguidance session ({type(s).__name__})")
-      if s._pending is not None:
-        raise RuntimeError(f"row {b}: lookahead while a preview is uncommitted")
       n = int(n_drafts[b])
       if not 0 <= n <= p - 1:
         raise ValueError(f"n_drafts[{b}]={n} must be in 0..{p - 1}")
-      if s._eos:
+      core = s if isinstance(s, LLGuidanceSession) else getattr(s, "mask_session", None)
+      if not isinstance(core, LLGuidanceSession):
+        if getattr(s, "backend", None) != NAME:
+          raise TypeError(f"row {b}: not an llguidance session ({type(s).__name__})")
+        states[b, :n + 1] = s.lookahead(drafts[b, :n], out[b, :n + 1])  # a wrapper's own
         continue
+      if core.previewing:
+        raise RuntimeError(f"row {b}: lookahead while a preview is uncommitted")
+      if core.terminated:
+        continue
+      m = core.matcher
       chain = [int(t) for t in drafts[b, :n]]
       # llguidance walks the chain itself; stop it before EOS (never fed) and ids >= V.
-      cut = next((i for i, t in enumerate(chain) if t in s._eos_ids or not 0 <= t < s._v),
+      v = core.vocab.size
+      cut = next((i for i, t in enumerate(chain) if t in m.eos_ids or not 0 <= t < v),
                  len(chain))
-      jobs.append((s._m, b * p, chain[:cut]))
-      rows.append((b, s, chain))
+      jobs.append((m.native, b * p, chain[:cut]))
+      rows.append((b, core, chain))
     if jobs:
       flat = out.reshape(r * p, out.shape[2])
       executor = _executor_for()
@@ -407,20 +415,21 @@ class LLGuidanceBackend:
                                                           out.shape[2] * 4, r * p)
       if bare:
         executor.unsafe_compute_mask_ptr(bare, flat.ctypes.data, out.shape[2] * 4, r * p)
-    for b, s, chain in rows:
-      if s._m.is_error():
-        if "NoExtension" not in s._m.get_error():
+    for b, core, chain in rows:
+      m = core.matcher
+      if m.native.is_error():
+        if "NoExtension" not in m.native.get_error():
           raise RuntimeError(f"row {b}: llguidance matcher error: "
-                             f"{_lj.first_line(s._m.get_error())}")
+                             f"{_lj.first_line(m.native.get_error())}")
         # A dead end inside the chain left the library's matcher in its error state:
         # rebuild it and redo this row on its own (lookahead handles dead ends).
-        s._rebuild()
-        states[b, :len(chain) + 1] = s.lookahead(chain, out[b])
+        m.recover()
+        states[b, :len(chain) + 1] = core.lookahead(chain, out[b])
         continue
-      if s.widen_chain(out[b], chain):  # a prefix-of-forced-bytes draft: redo the row
-        states[b, :len(chain) + 1] = s.lookahead(chain, out[b])
+      if m.widen_chain(out[b], chain):  # a prefix-of-forced-bytes draft: redo the row
+        states[b, :len(chain) + 1] = core.lookahead(chain, out[b])
         continue
-      states[b] = _states_from_masks(out[b], chain, s._v, s._eos_ids)
+      states[b] = _states_from_masks(out[b], chain, core.vocab.size, m.eos_ids)
     return states
 
 
