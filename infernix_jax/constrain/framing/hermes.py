@@ -288,7 +288,7 @@ class HermesPrepared:
 
 def prepare_hermes(vocab, *, tools: Sequence[ToolDefinition],
                    choice: ToolChoice | None = None, content=None,
-                   compiler=None) -> HermesPrepared:
+                   compiler=None, backend: str | None = None) -> HermesPrepared:
   """Validates and compiles a Hermes-framed request (raises ConstraintError first).
 
   Args:
@@ -297,8 +297,10 @@ def prepare_hermes(vocab, *, tools: Sequence[ToolDefinition],
     choice: call policy (default auto).
     content: an optional `OutputConstraint` for the content.
     compiler: the `ConstraintCompiler` (default: the vocabulary's shared one).
+    backend: the constraint backend the grammar compiles on (None or "auto": xgrammar).
   """
   from infernix_jax.constrain.compiler import ConstraintCompiler
+  from infernix_jax.constrain.framing._compile import framing_backend
   from infernix_jax.constrain.framing._convert import content_ebnf
   from infernix_jax.constrain.spec import OutputConstraint
 
@@ -309,5 +311,6 @@ def prepare_hermes(vocab, *, tools: Sequence[ToolDefinition],
   if fg.ebnf is None:
     return HermesPrepared(fg, None, vocab)
   compiler = ConstraintCompiler.for_vocab(vocab) if compiler is None else compiler
-  spec = OutputConstraint.grammar(fg.ebnf).with_framing(FRAMING).with_backend("xgrammar")
+  spec = OutputConstraint.grammar(fg.ebnf).with_framing(FRAMING).with_backend(
+      framing_backend(backend))
   return HermesPrepared(fg, CompiledHermes(fg, compiler.compile(spec)), vocab)
