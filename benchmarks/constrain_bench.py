@@ -141,7 +141,7 @@ def perf(args) -> dict:
     m = xgr.GrammarMatcher(compiled._entry.grammar)
     for i, tok in enumerate(ids):
       drafts = ids[i:i + 4]
-      s._set_frontier(None)
+      s.set_frontier(None)
       t = time.perf_counter()
       s.lookahead([], out=buf[:1])
       fill_ours.append(time.perf_counter() - t)
@@ -149,7 +149,7 @@ def perf(args) -> dict:
       m.fill_next_token_bitmask(buf, 0)
       fill_raw.append(time.perf_counter() - t)
       if len(drafts) == 4:
-        s._set_frontier(None)
+        s.set_frontier(None)
         t = time.perf_counter()
         s.lookahead(drafts, out=buf)
         la_ours.append(time.perf_counter() - t)
@@ -207,7 +207,7 @@ def perf(args) -> dict:
     ours, ours_cached, ours_bt, raw = [], [], [], []
     for _ in range(args.batch_repeats):
       for s in sessions:
-        s._set_frontier(None)
+        s.set_frontier(None)
       t = time.perf_counter()
       ic.fill_batch(sessions, drafts, n, out)
       ours.append(time.perf_counter() - t)
@@ -217,7 +217,7 @@ def perf(args) -> dict:
       ic.fill_batch(sessions, drafts, n, out)
       ours_cached.append(time.perf_counter() - t)
       for s in sessions:
-        s._set_frontier(None)
+        s.set_frontier(None)
       t = time.perf_counter()
       ic.fill_batch(sessions, drafts, n, out, batch_threads=2)
       ours_bt.append(time.perf_counter() - t)
@@ -393,11 +393,11 @@ def _single_mask(states, reps: int, w: int) -> list[tuple]:
     raw, la, fm = [], [], []
 
     def ours_lookahead():
-      s._set_frontier(None)
+      s.set_frontier(None)
       la.append(_timed(s.lookahead, (), buf))
 
     def ours_fill_mask():
-      s._set_frontier(None)
+      s.set_frontier(None)
       fm.append(_timed(s.fill_mask, row))
 
     sides = [lambda: raw.append(_timed(m.fill_next_token_bitmask, buf, 0)), ours_lookahead,
@@ -435,7 +435,7 @@ def _batch_vs_rows(states, reps: int, sets: int, w: int, seed: int = 0) -> list[
             if cached:
               s.fill_mask(tmp)  # the committed mask cached, as after a preview
             else:
-              s._set_frontier(None)
+              s.set_frontier(None)
 
         def rows():
           for r, s in enumerate(sessions):

@@ -21,6 +21,7 @@ from infernix_jax.constrain.errors import (
     UnsupportedSchemaError,
 )
 from infernix_jax.constrain import backends
+from infernix_jax.constrain.backends.xgrammar import XGrammarSession
 from infernix_jax.constrain.batch import fill_batch
 from infernix_jax.constrain.compiler import (
     DEFAULT_CACHE_BYTES,
@@ -28,7 +29,7 @@ from infernix_jax.constrain.compiler import (
     CompileStats,
     ConstraintCompiler,
 )
-from infernix_jax.constrain.session import OutputSession, PreviewResult
+from infernix_jax.constrain.session import MatcherSession, PreviewResult
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.constrain.vocab import Vocabulary, smollm2_gguf_path
 from infernix_jax.constrain import framing  # Qwen output framing: thinking, tool calls
@@ -41,7 +42,7 @@ __all__ = [
     "ConstraintCompiler",
     "ConstraintKind",
     "OutputConstraint",
-    "OutputSession",
+    "MatcherSession",
     "PreviewResult",
     "backends",
     "fill_batch",
@@ -56,5 +57,6 @@ __all__ = [
     "UnsupportedConstraintError",
     "UnsupportedSchemaError",
     "Vocabulary",
+    "XGrammarSession",
     "smollm2_gguf_path",
 ]

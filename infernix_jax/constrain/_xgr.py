@@ -32,6 +32,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from infernix_jax.constrain.session import check_buffer  # noqa: F401  (re-exported)
+
 _BLOCKED = ("torch", "transformers")
 
 
@@ -210,19 +212,3 @@ def batch_matcher(max_threads: int = 2) -> Any:
   """A BatchGrammarMatcher filling many matchers' masks with ``max_threads`` threads."""
   return xgr.BatchGrammarMatcher(max_threads)
 
-
-_INT32 = np.dtype(np.int32)
-
-
-def check_buffer(buf: np.ndarray, words: int) -> None:
-  """Raises ValueError unless ``buf`` is a C-contiguous writable int32 numpy array [..., words]."""
-  if (type(buf) is np.ndarray and buf.dtype is _INT32 and buf.flags.carray
-      and buf.shape[-1] == words):
-    return  # the common buffer: four cheap tests (the ones below also accept subclasses)
-  if not isinstance(buf, np.ndarray):
-    raise ValueError(f"mask buffer must be a numpy array, got {type(buf).__name__}")
-  if buf.dtype != np.int32 or not buf.flags.c_contiguous or not buf.flags.writeable:
-    raise ValueError(f"mask buffer must be C-contiguous writable int32, got {buf.dtype} "
-                     f"contiguous={buf.flags.c_contiguous} writeable={buf.flags.writeable}")
-  if buf.shape[-1] != words:
-    raise ValueError(f"mask buffer last axis {buf.shape[-1]} must be W={words}")

@@ -122,8 +122,13 @@ class CompiledConstraint:
     """The exact text handed to the matcher library (canonical schema, GBNF, regex)."""
     return self._entry.compiled_source
 
-  def new_session(self, prefix: bytes | str = b""):
+  def new_session(self, prefix: bytes | str = b"", **text):
     """A new session of its backend (its own matcher) after the continuation ``prefix``.
+
+    Args:
+      prefix: bytes (or str) the output already holds.
+      **text: the UTF-8 options of `MatcherSession` (``utf8_switch``, ``utf8_start``), for
+        framing's token-level reasoning; passed to the backend only when given.
 
     Returns:
       A `backends.ConstraintSession` (``session.backend == self.backend``).
@@ -133,7 +138,10 @@ class CompiledConstraint:
     """
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
-    return backends.get(self._entry.backend).new_session(self, bytes(prefix))
+    backend = backends.get(self._entry.backend)
+    if text:
+      return backend.new_session(self, bytes(prefix), **text)
+    return backend.new_session(self, bytes(prefix))
 
 
 class _Pending:

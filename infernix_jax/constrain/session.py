@@ -1,4 +1,7 @@
-"""OutputSession: one request's matcher with lookahead, preview/commit/discard and jump-forward.
+"""MatcherSession: the session transactions, written once over a backend matcher's primitives.
+
+Axis letters (docs/CONTRACTS.md): K drafts, P = K + 1 positions, N rows of a buffer, V
+vocabulary, W mask words.
 
 Transactions (DESIGN.md section 4):
 
@@ -13,6 +16,11 @@ Preview and lookahead exclude each other; everything that can fail happens in pr
 commit allocates and checks nothing. Flags kept apart: ``can_continue`` (a non-EOS token is
 legal), ``complete`` (may end now), ``terminated`` (EOS accepted).
 
+A backend supplies a `Matcher` (`backends/base.py`): fill the next mask into a row, accept one
+token, roll back n tokens, is terminated / completed, accept a continuation prefix, and
+optional hints (jump-forward bytes or tokens, a cheap emptiness test). Everything else lives
+here, once:
+
 Mask of position i (lookahead, DESIGN.md section 3), written into ``out[i]`` (int32 [W]):
 Ready = the legal set of the prefix ``drafts[:i]``; DeadEnd = that prefix has no legal token
 (``out[i]`` all zero); Unreachable = an earlier draft was illegal or EOS was accepted
@@ -22,24 +30,28 @@ Ready with the legal prefix's mask.
 The mask of the committed state is cached: preview computes it (to report ``dead_end``) and
 the next lookahead reuses it for position 0, so a round fills each distinct state once. A
 lookahead on an uncached state (a new session's first) fills position 0 without caching it.
+A matcher with a cheap emptiness test (``has_legal``) skips the preview mask.
 
 Every mask the matcher fills is corrected before anyone reads it: the bits of ids past V are
-cleared (the layout says they are 0; xgrammar may set them in the last word), and the strict
-UTF-8 filter of `_utf8` is applied for the decoder state at that position (the session tracks
-it over committed, previewed and lookahead tokens). preview, jump-forward and the continuation
-prefix refuse what the filter refuses, so a token is legal exactly when its mask bit is set.
+cleared (the layout says they are 0; xgrammar may set them in the last word), and, unless the
+matcher's masks are strict UTF-8 already (``strict_utf8``), the strict UTF-8 filter of `_utf8`
+is applied for the decoder state at that position (tracked over committed, previewed and
+lookahead tokens). preview, jump-forward and the continuation prefix refuse what the filter
+refuses, so a token is legal exactly when its mask bit is set. A matcher whose ``accept``
+is looser than its mask (``exact_accept = False``) has each previewed token checked against the
+mask first (the last lookahead's legal chain is not checked twice).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.constrain import _utf8, _xgr
+from infernix_jax.constrain import _utf8
 from infernix_jax.constrain.errors import PrefixError
 from infernix_jax.constrain.vocab import ORDINARY
 
@@ -51,6 +63,20 @@ try:  # numpy's C count: ``np.count_nonzero`` adds ~0.6 us of Python dispatch to
   from numpy._core.multiarray import count_nonzero as _count_nonzero
 except ImportError:
   _count_nonzero = np.count_nonzero
+
+
+def check_buffer(buf: np.ndarray, words: int) -> None:
+  """Raises ValueError unless ``buf`` is a C-contiguous writable int32 numpy array [..., W]."""
+  if (type(buf) is np.ndarray and buf.dtype is _INT32 and buf.flags.carray
+      and buf.shape[-1] == words):
+    return  # the common buffer: four cheap tests (the ones below also accept subclasses)
+  if not isinstance(buf, np.ndarray):
+    raise ValueError(f"mask buffer must be a numpy array, got {type(buf).__name__}")
+  if buf.dtype != np.int32 or not buf.flags.c_contiguous or not buf.flags.writeable:
+    raise ValueError(f"mask buffer must be C-contiguous writable int32, got {buf.dtype} "
+                     f"contiguous={buf.flags.c_contiguous} writeable={buf.flags.writeable}")
+  if buf.shape[-1] != words:
+    raise ValueError(f"mask buffer last axis {buf.shape[-1]} must be W={words}")
 
 
 def _probe_words(vocab) -> tuple[int, ...]:
@@ -65,6 +91,22 @@ def _probe_words(vocab) -> tuple[int, ...]:
     return tuple(sorted(word for word, _ in counts.most_common(3)))
 
   return vocab.lazy("constrain.probe_words", build)
+
+
+def ordinary_table(vocab) -> tuple[dict[bytes, int], int]:
+  """bytes -> smallest id of the ordinary token spelling them, and the longest spelling
+  (per vocabulary, built once): the greedy tokenizer of jump-forward bytes."""
+
+  def build():
+    table: dict[bytes, int] = {}
+    cls = vocab.token_class
+    for i in range(vocab.size - 1, -1, -1):
+      b = vocab.token_bytes[i]
+      if cls[i] == ORDINARY and b:
+        table[b] = i
+    return table, max((len(b) for b in table), default=1)
+
+  return vocab.lazy("constrain.ordinary_table", build)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,20 +127,26 @@ class PreviewResult:
   dead_end: bool
 
 
-class OutputSession:
-  """One request's grammar state (one matcher, never shared). Not thread-safe: one caller.
+class MatcherSession:
+  """One request's constraint state over one backend `Matcher` (never shared). Not
+  thread-safe: one caller. Backends subclass it only to build their matcher and name
+  themselves (``backend``); open sessions through `CompiledConstraint.new_session`.
 
-  Create through `CompiledConstraint.new_session(prefix=...)`.
+  Attributes:
+    matcher: the backend's primitives (batch fills reach the library through it).
+    compiled: the compiled constraint; ``vocab`` its vocabulary.
+    tokens_committed: tokens committed so far (the continuation prefix excluded).
   """
 
-  backend = "xgrammar"  # the registry name of the backend that opens it
+  backend = ""  # the registry name of the backend that opens it (set by each subclass)
 
-  def __init__(self, compiled, prefix: bytes | str = b"", *,
+  def __init__(self, matcher, compiled, prefix: bytes | str = b"", *,
                utf8_switch: Mapping[int, int] | None = None, utf8_start: int = _utf8.CLEAN):
     """Starts a session after the continuation ``prefix``.
 
     Args:
-      compiled: the compiled constraint (its ``_entry.grammar`` and ``vocab`` are read).
+      matcher: the backend's `Matcher`, fresh (at the start of the output).
+      compiled: the compiled constraint (its ``vocab`` is read).
       prefix: bytes (or str, UTF-8 encoded) the output already holds.
       utf8_switch: token id -> UTF-8 filter state after that token whatever the state before
         (framing: ``<think>`` -> `_utf8.FREE`, the token-level reasoning that is not filtered;
@@ -109,30 +157,39 @@ class OutputSession:
     Raises:
       PrefixError: no output of the constraint starts with ``prefix``, or it is not UTF-8.
     """
+    self.matcher = matcher
     self.compiled = compiled
     self.vocab = compiled.vocab
     self._v = self.vocab.size
     self._w = self.vocab.mask_words
-    self._m = _xgr.new_matcher(compiled._entry.grammar)
-    # The per-mask path calls the matcher's methods bound once (see `_xgr.MatcherCalls`).
-    calls = _xgr.matcher_calls(self._m)
-    self._fill_words = calls.fill
-    self._accept_token = calls.accept_token
-    self._rollback = calls.rollback
-    self._is_terminated = calls.is_terminated
-    self._utf8 = _utf8.tables(self.vocab)
-    self._clean_filter = bool(self._utf8.clean_bad.size)  # the clean state filters something
-    self._u8 = utf8_start  # UTF-8 decoder state after the matcher's tokens (preview included)
-    self._u8_mark = utf8_start  # ... and after the committed tokens, while a preview is open
-    self._u8_switch = dict(utf8_switch) if utf8_switch else None
+    # The per-mask path calls the matcher's primitives bound once.
+    self._fill_words = matcher.fill
+    self._accept_token = matcher.accept
+    self._rollback = matcher.rollback
+    self._is_terminated = matcher.is_terminated
+    self._exact = bool(matcher.exact_accept)
+    self._eos_complete = bool(getattr(matcher, "eos_marks_complete", False))
+    self._has_legal = getattr(matcher, "has_legal", None)
+    self._filtering = not matcher.strict_utf8
+    self._utf8 = _utf8.tables(self.vocab) if self._filtering else None
+    self._clean_filter = self._filtering and bool(self._utf8.clean_bad.size)
+    start = utf8_start if self._filtering else _utf8.CLEAN
+    self._u8 = start  # UTF-8 decoder state after the matcher's tokens (preview included)
+    self._u8_mark = start  # ... and after the committed tokens, while a preview is open
+    self._u8_log: list[int] = []  # the state after each accepted token (rollback restores it)
+    self._u8_base = start  # ... and before the first one
+    self._u8_switch = dict(utf8_switch) if utf8_switch and self._filtering else None
     self._pending: int | None = None  # tokens accepted by an uncommitted preview
     self._frontier: np.ndarray | None = None  # int32 [1, W] mask of the committed state
     self._frontier_nonempty: bool | None = None
-    self._pending_frontier: tuple[np.ndarray, bool] | None = None
+    self._pending_frontier: tuple[np.ndarray | None, bool] | None = None
+    self._known: Sequence[int] = ()  # the last lookahead's legal chain (committed state)
     # Two scratch rows, double-buffered: the committed mask lives in one while a preview
     # fills the other (no allocation per round).
     self._bufs = (np.zeros((1, self._w), np.int32), np.zeros((1, self._w), np.int32))
+    self._scratch = np.zeros((1, self._w), np.int32)
     self._eos = list(self.vocab.eos_ids)
+    self._eos_set = frozenset(self._eos)
     self._eos_bits = tuple((e >> 5, e & 31) for e in self._eos)  # (word, bit) of each EOS id
     # Bits of the last mask word that belong to ids < V (None: V is a multiple of 32), and
     # the ones that do not (0: none).
@@ -151,21 +208,30 @@ class OutputSession:
   @property
   def terminated(self) -> bool:
     """EOS was accepted (committed or previewed state)."""
-    return bool(self._m.is_terminated())
+    return bool(self._is_terminated())
 
   @property
   def complete(self) -> bool:
     """The output may end now (EOS is legal) or has ended."""
-    return self.terminated or (not _utf8.pending(self._u8) and bool(self._m.is_completed()))
+    return self.terminated or (not _utf8.pending(self._u8) and bool(self.matcher.is_completed()))
 
   @property
   def can_continue(self) -> bool:
     """Some non-EOS token is legal now ("may end" is not "must end")."""
     if self.terminated:
       return False
-    words = self._pending_frontier[0] if self._pending is not None else self._frontier_mask()
+    hint = getattr(self.matcher, "can_continue", None)
+    if hint is not None and not self._filtering:
+      return bool(hint())
+    if self._pending is not None:
+      words = self._pending_frontier[0]
+      if words is None:
+        words = self._scratch
+        self._fill(words, 0, self._u8)
+    else:
+      words = self._frontier_mask()
     allowed = mask_layout.unpack(words, self._v)[0]
-    allowed[list(self.vocab.eos_ids)] = False
+    allowed[self._eos] = False
     return bool(allowed.any())
 
   @property
@@ -181,6 +247,21 @@ class OutputSession:
       raise RuntimeError("fill_mask while a preview is uncommitted: commit() or discard() first")
     out[...] = self._frontier_mask()[0]
     return self._frontier_ready()
+
+  @property
+  def frontier_cached(self) -> bool:
+    """Whether the committed state's mask is cached (a batch fill may supply it otherwise)."""
+    return self._frontier is not None
+
+  def set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
+    """Caches ``words`` (int32 [1, W], the matcher's raw legal set of the committed state,
+    filled outside this session, e.g. by a batch call) as the committed state's mask,
+    corrected in place first (see `_fill`); None drops the cache."""
+    if words is not None:
+      mask_layout.clear_spare_bits(words, self._v)
+      if self._filtering:
+        self._utf8.filter(words, self._u8)
+    self._cache_frontier(words, nonempty)
 
   def _frontier_mask(self) -> np.ndarray:
     if self._frontier is None:
@@ -198,6 +279,8 @@ class OutputSession:
 
   def _next_u8(self, u8: int, token: int) -> int:
     """The UTF-8 filter state after ``token`` (accepted in state ``u8``)."""
+    if not self._filtering:
+      return u8
     sw = self._u8_switch
     if sw is not None and token in sw:
       return sw[token]
@@ -205,13 +288,13 @@ class OutputSession:
 
   def _fill(self, out: np.ndarray, i: int, u8: int) -> None:
     """Fills row ``i`` of ``out`` (C-contiguous int32 [N, W], checked by the caller) with the
-    matcher's legal set, corrected: no bit past V, and only tokens that continue the UTF-8
-    decoder state ``u8`` validly.
+    matcher's legal set, corrected: no bit past V, and (unless the matcher is strict UTF-8
+    itself) only tokens that continue the UTF-8 decoder state ``u8`` validly.
 
     Raises:
       RuntimeError: the matcher has terminated (nothing is written).
     """
-    self._fill_words(out, i, False)
+    self._fill_words(out, i)
     # Spare bits: read one word as a Python int, write only when the library set some (it
     # does when it fills the last word whole), which is what `mask_layout.clear_spare_bits`
     # does for one row.
@@ -238,15 +321,6 @@ class OutputSession:
     self._frontier = words
     self._frontier_nonempty = nonempty
 
-  def _set_frontier(self, words: np.ndarray | None, nonempty: bool | None = None) -> None:
-    """Caches ``words`` (int32 [1, W], filled by the matcher outside this session, e.g. a batch
-    fill) as the committed state's mask, corrected in place first (see `_fill`); None drops
-    the cache."""
-    if words is not None:
-      mask_layout.clear_spare_bits(words, self._v)
-      self._utf8.filter(words, self._u8)
-    self._cache_frontier(words, nonempty)
-
   def _frontier_ready(self) -> bool:
     if self._frontier_nonempty is None:
       self._frontier_nonempty = self._nonempty(self._frontier_mask(), 0)
@@ -271,21 +345,21 @@ class OutputSession:
       else:
         drafts = list(drafts)
     k = len(drafts)
-    # What `_xgr.check_buffer` accepts, in one expression for the common buffer (~0.3 us less
-    # per call); anything else gets the full check, which says what is wrong.
+    # What `check_buffer` accepts, in one expression for the common buffer (~0.3 us less per
+    # call); anything else gets the full check, which says what is wrong.
     shape = out.shape
     if (type(out) is not np.ndarray or out.dtype is not _INT32 or not out.flags.carray
         or len(shape) != 2 or shape[1] != self._w or shape[0] <= k):
-      _xgr.check_buffer(out, self._w)
+      check_buffer(out, self._w)
       if out.ndim != 2 or out.shape[0] <= k:
         raise ValueError(f"out {out.shape} must be [K+1={k + 1}, W={self._w}]")
     states = _FILLERS[k].copy() if k < len(_FILLERS) else np.full(k + 1, UNREACHABLE, np.int8)
-    self._lookahead_rows(drafts, k, out, 0, states, 0)
+    self.lookahead_rows(drafts, k, out, 0, states, 0)
     return states
 
-  def _lookahead_rows(self, drafts, k: int, out: np.ndarray, r0: int, states: np.ndarray,
-                      s0: int) -> None:
-    """`lookahead` into rows ``r0..r0+k`` of ``out`` and ``states[s0..s0+k]`` (the batch fill
+  def lookahead_rows(self, drafts, k: int, out: np.ndarray, r0: int, states: np.ndarray,
+                     s0: int) -> None:
+    """`lookahead` into rows ``r0..r0+k`` of ``out`` and ``states[s0..s0+k]`` (a batch fill
     calls it on a [B*P, W] view, so no row view is made per position).
 
     Args:
@@ -294,8 +368,14 @@ class OutputSession:
       out: C-contiguous writable int32 numpy array [N, W], N >= r0 + k + 1 (checked by the
         caller).
       states: int8 array whose entries ``s0..s0+k`` are UNREACHABLE on entry.
+
+    Raises:
+      RuntimeError: a preview is uncommitted.
     """
+    if self._pending is not None:
+      raise RuntimeError("lookahead while a preview is uncommitted: commit() or discard() first")
     if not k:  # one position (K=0 rounds): nothing to accept or roll back
+      self._known = ()
       if self._frontier is not None:
         out[r0] = self._frontier[0]
         nonempty = self._frontier_ready()
@@ -352,13 +432,15 @@ class OutputSession:
           states[s0 + i] = DEAD_END
           return
         states[s0 + i] = READY
-        if i == k or not legal or not self._accept_token(d, False):
+        if i == k or not legal or not self._accept_token(d):
           return
         accepted += 1
         u8 = self._next_u8(u8, d)
         if self._is_terminated():
           return
     finally:
+      if not self._exact:  # legal from the committed state: preview skips their masks
+        self._known = [int(t) for t in drafts[:accepted]]
       if accepted:
         self._rollback(accepted)
       if filled < k + 1:
@@ -374,36 +456,75 @@ class OutputSession:
     """
     if self._pending is not None:
       raise RuntimeError("preview while another preview is uncommitted")
-    tab = self._utf8
-    u8 = self._u8
-    accepted = 0
     if isinstance(tokens, np.ndarray):
       tokens = tokens.reshape(-1).tolist()
-    terminated = bool(self._is_terminated())
-    for t in tokens:
-      t = int(t)
-      if (terminated or not 0 <= t < self._v or not tab.ok(u8, t)
-          or not self._accept_token(t, False)):
-        break
-      accepted += 1
-      u8 = self._next_u8(u8, t)
-      terminated = bool(self._is_terminated())
+    accepted = self._accept_legal(tokens)
+    u8 = self._u8
     self._pending = accepted
-    self._u8_mark, self._u8 = self._u8, u8
-    buf = self._spare()
-    if terminated:
-      buf.fill(0)
-      complete = True
+    terminated = bool(self._is_terminated())
+    if self._has_legal is not None:  # a cheap emptiness test: no mask now
+      complete = self.complete
+      nonempty = not terminated and (complete or bool(self._has_legal()))
+      self._pending_frontier = (None, nonempty)
     else:
-      self._fill(buf, 0, u8)
-      if self._eos_bits:  # the matcher allows EOS exactly when the output may end
-        complete = any((buf.item(0, word) >> b) & 1 for word, b in self._eos_bits)
+      buf = self._spare()
+      if terminated:
+        buf.fill(0)
+        complete = True
       else:
-        complete = not _utf8.pending(u8) and bool(self._m.is_completed())
-    nonempty = not terminated and (complete or self._nonempty(buf, 0))
-    self._pending_frontier = (buf, nonempty)
+        self._fill(buf, 0, u8)
+        if self._eos_complete and self._eos_bits:  # EOS is legal exactly when it may end
+          complete = any((buf.item(0, word) >> b) & 1 for word, b in self._eos_bits)
+        else:
+          complete = not _utf8.pending(u8) and bool(self.matcher.is_completed())
+      nonempty = not terminated and (complete or self._nonempty(buf, 0))
+      self._pending_frontier = (buf, nonempty)
     return PreviewResult(accepted=accepted, complete=complete, terminated=terminated,
                          dead_end=not terminated and not nonempty)
+
+  def _accept_legal(self, tokens) -> int:
+    """Accepts the longest legal prefix of ``tokens`` (stopping after EOS) into the matcher
+    and the UTF-8 state; the mark stays at the committed state. Returns how many."""
+    u8 = self._u8
+    self._u8_mark = u8
+    log = self._u8_log
+    accepted = 0
+    v = self._v
+    terminated = bool(self._is_terminated())
+    if self._exact:
+      tab = self._utf8 if self._filtering else None
+      for t in tokens:
+        t = int(t)
+        if (terminated or not 0 <= t < v or (tab is not None and not tab.ok(u8, t))
+            or not self._accept_token(t)):
+          break
+        accepted += 1
+        u8 = self._next_u8(u8, t)
+        log.append(u8)
+        terminated = bool(self._is_terminated())
+    else:  # each token against the mask of the state before it (the known chain excepted)
+      known, same = self._known, True
+      for t in tokens:
+        t = int(t)
+        if terminated or not 0 <= t < v:
+          break
+        same = same and accepted < len(known) and known[accepted] == t
+        if not same:
+          if accepted == 0:
+            words = self._frontier_mask()
+          else:
+            words = self._scratch
+            self._fill(words, 0, u8)
+          if not (words.item(0, t >> 5) >> (t & 31)) & 1 or not self._accept_token(t):
+            break
+        elif not self._accept_token(t):
+          break
+        accepted += 1
+        u8 = self._next_u8(u8, t)
+        log.append(u8)
+        terminated = bool(self._is_terminated())
+    self._u8 = u8
+    return accepted
 
   def commit(self) -> None:
     """Confirms the preview (allocates and checks nothing)."""
@@ -411,6 +532,7 @@ class OutputSession:
       return
     if self._pending:
       self._cache_frontier(*self._pending_frontier)
+      self._known = ()
     self.tokens_committed += self._pending
     self._pending = None
     self._pending_frontier = None
@@ -420,7 +542,8 @@ class OutputSession:
     if self._pending is None:
       return
     if self._pending:
-      self._m.rollback(self._pending)
+      self._rollback(self._pending)
+      del self._u8_log[-self._pending:]
     self._u8 = self._u8_mark
     self._pending = None
     self._pending_frontier = None
@@ -431,30 +554,51 @@ class OutputSession:
     self.commit()
     return r
 
+  def rollback(self, n: int) -> None:
+    """Undoes the last ``n`` committed tokens (the matcher's own rollback).
+
+    Raises:
+      RuntimeError: a preview is uncommitted.
+      ValueError: ``n`` is negative or more than the tokens committed.
+    """
+    if self._pending is not None:
+      raise RuntimeError("rollback while a preview is uncommitted")
+    if not 0 <= n <= self.tokens_committed:
+      raise ValueError(f"cannot roll back {n} tokens, {self.tokens_committed} were committed")
+    if n:
+      self._rollback(n)
+      del self._u8_log[-n:]
+      self._u8 = self._u8_log[-1] if self._u8_log else self._u8_base
+      self.tokens_committed -= n
+      self._cache_frontier(None)
+      self._known = ()
+
   # --- jump-forward ----------------------------------------------------------------------------
 
   def forced_tokens(self, max_n: int) -> list[int]:
     """Tokens the grammar forces next, for jump-forward drafting (may be ``[]``).
 
-    Method: xgrammar's ``find_jump_forward_string`` (the longest byte string every legal
-    continuation starts with) tokenised greedily by the longest ordinary token whose bytes
-    prefix the remaining forced bytes and that the matcher accepts. Only whole tokens inside
-    the forced string are proposed, so each is legal; which tokenisation the target prefers
-    is left to verification (the drafts are one-hot and verified, so output stays exact).
-    Never proposes EOS. No persistent side effect. When the forced bytes end inside a UTF-8
-    sequence the library cannot return them as text; then the fallback is a single-legal-
-    token walk (accept while exactly one non-EOS token is legal).
+    Method: the matcher's native forced tokens where it has them (``forced_hint``), cut to
+    the prefix whose tokens the masks allow; else its forced bytes (``forced_bytes``: the
+    longest byte string every legal continuation starts with) tokenised greedily by the
+    longest ordinary token whose bytes prefix the remaining forced bytes and that the matcher
+    accepts. Only whole tokens inside the forced string are proposed, so each is legal; which
+    tokenisation the target prefers is left to verification (the drafts are one-hot and
+    verified, so output stays exact). Never proposes EOS. No persistent side effect. When the
+    forced bytes end inside a UTF-8 sequence (``forced_bytes`` gives None) the fallback is a
+    single-legal-token walk (accept while exactly one non-EOS token is legal).
     """
-    if max_n <= 0 or self._pending is not None or self._m.is_terminated():
+    if max_n <= 0 or self._pending is not None or self._is_terminated():
       return []
-    try:
-      forced = self._m.find_jump_forward_string()
-    except UnicodeDecodeError:
+    hint = getattr(self.matcher, "forced_hint", None)
+    if hint is not None:
+      return self._legal_hint(hint(max_n)[:max_n])
+    data = self.matcher.forced_bytes()
+    if data is None:
       return self._single_legal_walk(max_n)
-    data = forced.encode("utf-8", errors="surrogateescape") if isinstance(forced, str) else forced
     if not data:
       return []
-    table, longest = self._ordinary_table()
+    table, longest = ordinary_table(self.vocab)
     tab, u8 = self._utf8, self._u8
     out: list[int] = []
     pos = 0
@@ -462,7 +606,7 @@ class OutputSession:
       while pos < len(data) and len(out) < max_n:
         for n in range(min(longest, len(data) - pos), 0, -1):
           t = table.get(data[pos:pos + n])
-          if t is not None and tab.ok(u8, t) and self._m.accept_token(t):
+          if t is not None and (tab is None or tab.ok(u8, t)) and self._accept_token(t):
             out.append(t)
             u8 = self._next_u8(u8, t)
             pos += n
@@ -471,17 +615,41 @@ class OutputSession:
           break
     finally:
       if out:
-        self._m.rollback(len(out))
+        self._rollback(len(out))
+    return out
+
+  def _legal_hint(self, toks: Sequence[int]) -> list[int]:
+    """The prefix of ``toks`` (no EOS, no id >= V) each of whose tokens the mask of the state
+    before it allows (accepted, then rolled back)."""
+    buf = self._scratch
+    u8 = self._u8
+    out: list[int] = []
+    try:
+      for t in toks:
+        t = int(t)
+        if t in self._eos_set or not 0 <= t < self._v:
+          break
+        if out:
+          self._fill(buf, 0, u8)
+          words = buf
+        else:
+          words = self._frontier_mask()
+        if not (words.item(0, t >> 5) >> (t & 31)) & 1 or not self._accept_token(t):
+          break
+        out.append(t)
+        u8 = self._next_u8(u8, t)
+    finally:
+      if out:
+        self._rollback(len(out))
     return out
 
   def _single_legal_walk(self, max_n: int) -> list[int]:
     """Tokens accepted while the legal set is exactly one non-EOS token (then rolled back)."""
     buf = np.zeros((1, self._w), np.int32)
-    eos = set(self.vocab.eos_ids)
     u8 = self._u8
     out: list[int] = []
     try:
-      while len(out) < max_n and not self._m.is_terminated():
+      while len(out) < max_n and not self._is_terminated():
         self._fill(buf, 0, u8)
         nz = np.flatnonzero(buf[0])
         if len(nz) != 1:
@@ -490,45 +658,30 @@ class OutputSession:
         if word & (word - 1):
           break
         t = int(nz[0]) * 32 + word.bit_length() - 1
-        if t in eos or not self._m.accept_token(t):
+        if t in self._eos_set or not self._accept_token(t):
           break
         out.append(t)
         u8 = self._next_u8(u8, t)
     finally:
       if out:
-        self._m.rollback(len(out))
+        self._rollback(len(out))
     return out
-
-  def _ordinary_table(self):
-    def build():
-      table: dict[bytes, int] = {}
-      cls = self.vocab.token_class
-      for i in range(self._v - 1, -1, -1):
-        b = self.vocab.token_bytes[i]
-        if cls[i] == ORDINARY and b:
-          table[b] = i
-      return table, max((len(b) for b in table), default=1)
-
-    return self.vocab.lazy("constrain.ordinary_table", build)
 
   # --- continuation ----------------------------------------------------------------------------
 
   def _accept_prefix(self, prefix: bytes) -> None:
-    u8, bad = _utf8.advance(self._u8, prefix) if self._u8 != _utf8.FREE else (_utf8.FREE, -1)
+    if self._filtering and self._u8 != _utf8.FREE:
+      u8, bad = _utf8.advance(self._u8, prefix)
+    else:
+      u8, bad = self._u8, -1
     head = prefix if bad < 0 else prefix[:bad]
-    if self._m.accept_string(head):
+    good = self.matcher.accept_prefix(head)
+    if good == len(head):
       if bad < 0:
-        self._u8 = u8
+        self._u8 = self._u8_mark = self._u8_base = u8
         return
       raise PrefixError(f"the continuation prefix is not valid UTF-8: byte {bad} "
                         f"({prefix[bad:bad + 8]!r}...) cannot follow the bytes before it", str(bad))
-    # Locate the first byte the constraint refuses (on a fork; the session's matcher is fresh).
-    probe = _xgr.new_matcher(self.compiled._entry.grammar)
-    good = 0
-    for i in range(len(head)):
-      if not probe.accept_string(prefix[i:i + 1]):
-        break
-      good = i + 1
     raise PrefixError(f"the continuation prefix cannot start an output of this constraint: "
                       f"byte {good} ({prefix[good:good + 8]!r}...) is not allowed there",
                       str(good))

@@ -46,17 +46,14 @@ def _framed_session(request: GenerationRequest, compiler: Any):
   Returns None when the plain content path applies; else (FramedSession or None, report).
   """
   from infernix_jax.constrain import framing
-  from infernix_jax.constrain.errors import UnsupportedConstraintError
 
   t0 = time.perf_counter()
   prepared = framing.prepare_for_request(compiler.vocab, request.prompt_ids, tools=request.tools,
                                          tool_choice=request.tool_choice,
-                                         constraint=request.constraint, compiler=compiler)
+                                         constraint=request.constraint, compiler=compiler,
+                                         backend=request.backend)
   if prepared is None:
     return None
-  if request.backend not in (None, "auto", "xgrammar"):
-    raise UnsupportedConstraintError(request.backend, "tool-call and thinking framing",
-                                     "framed grammars compile with xgrammar")
   session = prepared.new_session()
   if session is None:  # tools on the free route (Automatic policy): decode only
     return None, None

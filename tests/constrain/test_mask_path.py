@@ -94,7 +94,7 @@ def _session(compiled, prefix, cached: bool):
   s = compiled.new_session()
   s.accept(prefix)
   if not cached:
-    s._set_frontier(None)  # what a new session holds: no committed mask yet
+    s.set_frontier(None)  # what a new session holds: no committed mask yet
   return s
 
 

@@ -1,4 +1,4 @@
-"""OutputSession masks and transactions against brute-force enumeration on toy vocabularies."""
+"""XGrammarSession masks and transactions against brute-force enumeration on toy vocabularies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TrieSession against the XGrammar-backed OutputSession (differential), plus backend dispatch."""
+"""TrieSession against the XGrammar-backed XGrammarSession (differential), plus backend dispatch."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from infernix_jax import constrain as ic
 from infernix_jax import mask_layout
 from infernix_jax.constrain import trie
 from infernix_jax.constrain.batch import fill_batch
-from infernix_jax.constrain.session import OutputSession
+from infernix_jax.constrain.backends.xgrammar import XGrammarSession
 from infernix_jax.constrain.trie.session import TrieSession
 
 from .test_trie_xgrammar import _EXTRAS, tool_names
@@ -142,7 +142,7 @@ def test_fill_batch_mixes_backends(pair):
   assert states[3].tolist() == [mask_layout.READY, mask_layout.UNREACHABLE,
                                 mask_layout.UNREACHABLE]
   assert not out[3, 1:].any()
-  assert isinstance(sessions[0], TrieSession) and isinstance(sessions[2], OutputSession)
+  assert isinstance(sessions[0], TrieSession) and isinstance(sessions[2], XGrammarSession)
 
 
 def test_vectorized_fill_batch_equals_rowwise(pair):

@@ -7,8 +7,14 @@ made the matcher spin. Here every literal is split into single characters and ev
 a parser rule: each lexeme is one character (``/\\x{..}/`` or a class), which can never
 extend into another, and the Earley parser does the rest.
 
-Input is GBNF already validated by our checker (`_gbnf.check_gbnf`); anything this converter
-does not know raises ``ValueError`` (the backend reports it as unsupported).
+Input is GBNF already validated by our checker (`_gbnf.check_gbnf`), or a framed grammar
+(`constrain.framing`), which also holds what xgrammar's grammar printer writes: ``Token(id)``
+and ``ExcludeToken(ids)`` become llguidance's token-id lexemes ``<[id]>`` / ``<[^ids]>``,
+``Regex("...")`` a regex lexeme (with ``json_string=true``, xgrammar's printer marks a
+JSON key pattern whose classes already exclude the characters JSON escapes), ``{m, -1}`` an unbounded repeat, and a lookahead assertion
+``(= ...)`` is dropped (xgrammar's JSON printer adds them after strings as a matching hint;
+the context that follows a string in those grammars already implies them). Anything this
+converter does not know raises ``ValueError`` (the backend reports it as unsupported).
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ import re
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|\#[^\n]*)
   | (?P<define>::=)
+  | (?P<tok>(?:Exclude)?Token\(\s*\d+(?:\s*,\s*\d+)*\s*\))
+  | (?P<regex>Regex\("(?:[^"\\\n]|\\.)*"(?:\s*,\s*json_string\s*=\s*true)?\))
+  | (?P<look>\(=)
   | (?P<name>[A-Za-z0-9_.\-]+)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<cls>\[(?:[^\]\\\n]|\\.)*\])
-  | (?P<repeat>\{\s*\d+\s*(?:,\s*\d*\s*)?\})
+  | (?P<repeat>\{\s*\d+\s*(?:,\s*(?:-1|\d*)\s*)?\})
   | (?P<op>[()|*+?])
 """, re.X)
-_ESCAPES = {"n": 0x0A, "r": 0x0D, "t": 0x09, "\\": 0x5C, '"': 0x22, "[": 0x5B, "]": 0x5D,
+_ESCAPES = {"0": 0x00, "n": 0x0A, "r": 0x0D, "t": 0x09, "\\": 0x5C, '"': 0x22, "[": 0x5B,
+            "]": 0x5D,
             "'": 0x27, "/": 0x2F, "-": 0x2D, "^": 0x5E}
 
 
@@ -99,6 +109,19 @@ def _class(text: str) -> str:
   return "/[" + ("^" if negated else "") + "".join(parts) + "]/"
 
 
+def _regex_lexeme(val: str) -> str:
+  """``Regex("...")`` (a string-escaped, anchored regex) as a Lark regex lexeme ``/.../``."""
+  body = re.sub(r'\\(.)', lambda m: m.group(1) if m.group(1) in '"\\' else m.group(0),
+                val[len('Regex("'):val.rindex('"')])
+  if body.startswith("^"):
+    body = body[1:]
+  if body.endswith("$") and not body.endswith("\\$"):
+    body = body[:-1]
+  if not body:
+    raise ValueError("empty regex")
+  return "/" + body.replace("/", "\\/") + "/"
+
+
 class _Parser:
   def __init__(self, tokens, names):
     self.t, self.i, self.names = tokens, 0, names
@@ -135,6 +158,17 @@ class _Parser:
       atomic = len(cps) == 1
     elif kind == "cls":
       atom, atomic = _class(val), True
+    elif kind == "tok":
+      ids = ",".join(x.strip() for x in val[val.index("(") + 1:-1].split(","))
+      atom, atomic = ("<[^%s]>" if val.startswith("Exclude") else "<[%s]>") % ids, True
+    elif kind == "regex":
+      atom, atomic = _regex_lexeme(val), True
+    elif kind == "look":  # an assertion: parsed, then dropped (see the module docstring)
+      self.alternatives()
+      if self.peek() != ("op", ")"):
+        raise ValueError("unbalanced lookahead assertion")
+      self.i += 1
+      return ""
     elif (kind, val) == ("op", "("):
       atom, atomic = "(" + self.alternatives() + ")", True
       if self.peek() != ("op", ")"):
@@ -145,7 +179,7 @@ class _Parser:
     while True:
       kind, val = self.peek()
       if kind == "repeat":
-        q = val.replace(" ", "")
+        q = val.replace(" ", "").replace(",-1}", ",}")
       elif kind == "op" and val in "*+?":
         q = val
       else:

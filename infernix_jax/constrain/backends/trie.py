@@ -48,8 +48,9 @@ class TrieBackend:
       compiled = trie_compiled.compile_choice(vocab, source)
     return BuildResult(compiled, compiled.nbytes, compiled.compiled_source)
 
-  def new_session(self, compiled, prefix: bytes):
-    """A `TrieSession` after the continuation ``prefix``."""
+  def new_session(self, compiled, prefix: bytes, **text):
+    """A `TrieSession` after the continuation ``prefix`` (``text``: UTF-8 options, unused:
+    trie paths are strict UTF-8 text)."""
     from infernix_jax.constrain.trie.session import TrieSession
 
     return TrieSession(compiled.grammar.automaton, prefix, compiled=compiled)

@@ -6,17 +6,82 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from infernix_jax.constrain import _xgr, errors
+from infernix_jax.constrain import _utf8, _xgr, errors
 from infernix_jax.constrain.backends.base import BuildResult
-from infernix_jax.constrain.session import OutputSession
+from infernix_jax.constrain.session import MatcherSession
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
 from infernix_jax.mask_layout import READY, UNREACHABLE
+
+
+class XGrammarMatcher:
+  """The `Matcher` primitives over one xgrammar GrammarMatcher (backends/base.py).
+
+  Its masks are not strict UTF-8 (xgrammar admits surrogates, see `_utf8`): the session
+  filters them. ``accept`` agrees with the mask, and EOS is in the mask exactly when the
+  output may end.
+  """
+
+  strict_utf8 = False
+  exact_accept = True
+  eos_marks_complete = True
+
+  def __init__(self, grammar: Any):
+    self.native = _xgr.new_matcher(grammar)  # the GrammarMatcher (batch fills pass it on)
+    self._grammar = grammar
+    # The per-mask path calls the FFI methods bound once (see `_xgr.MatcherCalls`).
+    calls = _xgr.matcher_calls(self.native)
+    self._fill, self._accept = calls.fill, calls.accept_token
+    self.rollback = calls.rollback
+    self.is_terminated = calls.is_terminated
+    self.is_completed = self.native.is_completed
+
+  def fill(self, out: np.ndarray, row: int) -> None:
+    """The legal set into ``out[row]`` (C-contiguous int32 [N, W]); RuntimeError after EOS."""
+    self._fill(out, row, False)
+
+  def accept(self, token: int) -> bool:
+    return self._accept(token, False)
+
+  def forced_bytes(self) -> bytes | None:
+    """xgrammar's jump-forward string (None when it ends inside a UTF-8 sequence)."""
+    try:
+      forced = self.native.find_jump_forward_string()
+    except UnicodeDecodeError:
+      return None
+    return forced.encode("utf-8", errors="surrogateescape") if isinstance(forced, str) else forced
+
+  def accept_prefix(self, data: bytes) -> int:
+    """Accepts ``data``; on refusal the first refused byte (located on a fresh matcher)."""
+    if self.native.accept_string(data):
+      return len(data)
+    probe = _xgr.new_matcher(self._grammar)
+    good = 0
+    for i in range(len(data)):
+      if not probe.accept_string(data[i:i + 1]):
+        break
+      good = i + 1
+    return good
+
+
+class XGrammarSession(MatcherSession):
+  """One request's xgrammar matcher with the transactions of `MatcherSession`.
+
+  Create through `CompiledConstraint.new_session(prefix=...)`.
+  """
+
+  backend = "xgrammar"
+
+  def __init__(self, compiled, prefix: bytes | str = b"", *,
+               utf8_switch=None, utf8_start: int = _utf8.CLEAN):
+    """See `MatcherSession` (``compiled.grammar``: the xgrammar CompiledGrammar)."""
+    super().__init__(XGrammarMatcher(compiled.grammar), compiled, prefix,
+                     utf8_switch=utf8_switch, utf8_start=utf8_start)
 
 
 class XGrammarBackend:
   """GBNF, JSON object / schema, choice and regex through xgrammar (`constrain/_xgr.py`).
 
-  Sessions are `OutputSession`s (one GrammarMatcher each). A constraint with ``framing`` set
+  Sessions are `XGrammarSession`s (one GrammarMatcher each). A constraint with ``framing`` set
   is a whole framed output built by `constrain.framing` (GBNF that may match control tokens
   by id); only the grammar kind can carry it.
   """
@@ -67,9 +132,10 @@ class XGrammarBackend:
     _check_initial_mask(vocab, grammar, kind)
     return BuildResult(grammar, _xgr.compiled_memory_bytes(grammar), text, dropped)
 
-  def new_session(self, compiled, prefix: bytes):
-    """An `OutputSession` (its own matcher) after the continuation ``prefix``."""
-    return OutputSession(compiled, prefix=prefix)
+  def new_session(self, compiled, prefix: bytes, **text):
+    """An `XGrammarSession` (its own matcher) after the continuation ``prefix``; ``text``:
+    the UTF-8 options of `MatcherSession` (framing's ``utf8_switch`` / ``utf8_start``)."""
+    return XGrammarSession(compiled, prefix=prefix, **text)
 
   def fill_batch(self, sessions: Sequence[Any], drafts: np.ndarray, n_drafts: np.ndarray,
                  out: np.ndarray, *, threads: int = 0) -> np.ndarray:
@@ -77,9 +143,10 @@ class XGrammarBackend:
     rows whose committed mask is not cached yet comes first from one BatchGrammarMatcher call
     (same masks, fewer calls).
 
-    Rows may be any session whose ``backend`` is "xgrammar": OutputSession rows run the
-    session's lookahead core on a [B*P, W] view of ``out`` (no per-row views, buffer checked
-    once); other rows (framed sessions, which wrap an OutputSession) run their ``lookahead``.
+    Rows may be any session whose ``backend`` is "xgrammar": `XGrammarSession` rows (or a
+    wrapper's ``mask_session``, one whose masks are the wrapper's) run `lookahead_rows` on a
+    [B*P, W] view of ``out`` (no per-row views, buffer checked once); other rows (framed
+    sessions with a name companion) run their ``lookahead``.
     """
     shape = out.shape
     if len(shape) != 3 or shape[0] != len(sessions):
@@ -101,10 +168,11 @@ class XGrammarBackend:
         flat_states[r0:r0 + p] = READY
         continue
       n = int(ns[b])
-      if type(s) is OutputSession:
-        if s._pending is not None:
+      core = s if type(s) is XGrammarSession else _mask_session(s)
+      if core is not None:
+        if core.previewing:
           raise RuntimeError(f"row {b}: lookahead while a preview is uncommitted")
-        s._lookahead_rows(ds[b] if n else (), n, flat, r0, flat_states, r0)
+        core.lookahead_rows(ds[b] if n else (), n, flat, r0, flat_states, r0)
       else:
         flat_states[r0:r0 + n + 1] = s.lookahead(drafts[b, :n], out[b, :n + 1])
       if n + 1 < p:
@@ -123,19 +191,31 @@ def _filler(n: int) -> np.ndarray:
   return template.copy()
 
 
+def _mask_session(s: Any) -> XGrammarSession | None:
+  """The XGrammarSession whose masks are ``s``'s (a wrapper's ``mask_session``), or None."""
+  core = getattr(s, "mask_session", None)
+  return core if type(core) is XGrammarSession else None
+
+
 def _prefill_frontiers(sessions: Sequence[Any], out: np.ndarray, threads: int) -> None:
-  """Computes the uncached committed-state masks of OutputSession rows in one batch call."""
-  rows = [b for b, s in enumerate(sessions) if isinstance(s, OutputSession)
-          and s._frontier is None and s._pending is None and not s._m.is_terminated()]
+  """Computes the uncached committed-state masks of XGrammarSession rows in one batch call."""
+  rows, cores = [], []
+  for b, s in enumerate(sessions):
+    core = s if type(s) is XGrammarSession else _mask_session(s)
+    if (core is not None and not core.frontier_cached and not core.previewing
+        and not core.terminated):
+      rows.append(b)
+      cores.append(core)
   if len(rows) < 2:
     return
-  matcher = sessions[rows[0]].vocab.lazy(f"constrain.batch_matcher.{threads}",
-                                         lambda: _xgr.batch_matcher(threads))
+  matcher = cores[0].vocab.lazy(f"constrain.batch_matcher.{threads}",
+                                lambda: _xgr.batch_matcher(threads))
   flat = out.reshape(-1, out.shape[-1])  # [B*P, W] view of the same memory
   p = out.shape[1]
-  matcher.batch_fill_next_token_bitmask([sessions[b]._m for b in rows], flat, [b * p for b in rows])
-  for b in rows:
-    sessions[b]._set_frontier(out[b, :1].copy())
+  matcher.batch_fill_next_token_bitmask([c.matcher.native for c in cores], flat,
+                                         [b * p for b in rows])
+  for b, core in zip(rows, cores):
+    core.set_frontier(out[b, :1].copy())
 
 
 def _guard(error_cls: type[errors.ConstraintError], build):

@@ -5,7 +5,7 @@ vocabularies), output decoding and chat prompts.
   tools = fr.parse_tools(openai_tools_json)
   prepared = fr.prepare_output(vocab, fr.OutputPhase.THINKING, tools=tools,
                                choice=fr.ToolChoice.parse("auto"))
-  session = prepared.new_session()   # FramedSession (OutputSession surface) or None
+  session = prepared.new_session()   # FramedSession (the constraint-session surface) or None
   ... session.lookahead / preview / commit ...; session.result().tool_calls
 
   text = fr.render_chat(model_source, vocab, messages, tools=tools, tool_choice="auto")

@@ -32,7 +32,7 @@ from infernix_jax.constrain.framing._hermes_decoder import (ARGUMENTS_KEY, CALL_
                                                             HermesDecoder)
 from infernix_jax.constrain.framing.decoder import DecodedOutput
 from infernix_jax.constrain.framing.grammar import ContentGrammar
-from infernix_jax.constrain.framing.session import CompiledGrammarFacts
+from infernix_jax.constrain.framing.session import CompiledGrammarFacts, DecodedSession
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
                                                   resolve_choice)
 
@@ -235,7 +235,7 @@ def build_hermes_grammar(tools: Sequence[ToolDefinition], choice: ToolChoice | N
 
 @dataclasses.dataclass(frozen=True)
 class CompiledHermes(CompiledGrammarFacts):
-  """A compiled Hermes grammar (`CompiledConstraint` of the xgrammar backend, cached by the
+  """A compiled Hermes grammar (`CompiledConstraint` of the request's backend, cached by the
   `ConstraintCompiler`) plus the facts its sessions decode with."""
   framed: HermesGrammar
   grammar: Any
@@ -244,80 +244,18 @@ class CompiledHermes(CompiledGrammarFacts):
     return HermesSession(self)
 
 
-class HermesSession:
-  """One request's Hermes-framed output: a grammar session plus its decoder (never shared).
+class HermesSession(DecodedSession):
+  """One request's Hermes-framed output: the constraint session of its grammar (the request's
+  backend) plus its decoder (never shared); the `DecodedSession` surface."""
 
-  The `OutputSession` transaction surface (lookahead / preview / commit / discard, flags,
-  forced tokens); the decoder advances only on commit (a preview decodes on a fork).
-  """
-
-  backend = "xgrammar"  # its rows go to the xgrammar backend's fill_batch (own lookahead)
   in_reasoning = False  # no reasoning block in this framing
 
   def __init__(self, compiled: CompiledHermes):
     self.compiled = compiled
     self.vocab = compiled.vocab
-    self._inner = compiled.grammar.new_session()
-    self.decoder = HermesDecoder(self.vocab, compiled.framed.tool_names,
-                                 tools_active=compiled.framed.tools_active, constrained=True)
-    self._pending: HermesDecoder | None = None
-    self._pending_events: list = []
-    self.events: list = []  # events of the last commit
-
-  terminated = property(lambda self: self._inner.terminated)
-  complete = property(lambda self: self._inner.complete)
-  can_continue = property(lambda self: self._inner.can_continue)
-  previewing = property(lambda self: self._inner.previewing)
-
-  @property
-  def branch(self) -> str:
-    return self.decoder.branch
-
-  def result(self) -> DecodedOutput:
-    """Content and completed tool calls of the committed output."""
-    return self.decoder.result()
-
-  def fill_mask(self, out):
-    return self._inner.fill_mask(out)
-
-  def lookahead(self, drafts, out):
-    return self._inner.lookahead(drafts, out)
-
-  def forced_tokens(self, max_n: int) -> list[int]:
-    return self._inner.forced_tokens(max_n)
-
-  def preview(self, tokens):
-    """Provisionally accepts tokens; decodes the accepted ones on a fork (errors surface here).
-
-    Raises:
-      DecodeError: the grammar accepted output the decoder cannot read (internal error).
-    """
-    tokens = [int(t) for t in tokens]
-    r = self._inner.preview(tokens)
-    dec = self.decoder.fork()
-    try:
-      self._pending_events = dec.feed(tokens[:r.accepted])
-    except Exception:
-      self._inner.discard()
-      raise
-    self._pending = dec
-    return r
-
-  def commit(self) -> None:
-    if not self._inner.previewing:
-      return
-    self._inner.commit()
-    self.decoder, self.events = self._pending, self._pending_events
-    self._pending, self._pending_events = None, []
-
-  def discard(self) -> None:
-    self._inner.discard()
-    self._pending, self._pending_events = None, []
-
-  def accept(self, tokens):
-    r = self.preview(tokens)
-    self.commit()
-    return r
+    super().__init__(compiled.grammar.new_session(), HermesDecoder(
+        self.vocab, compiled.framed.tool_names, tools_active=compiled.framed.tools_active,
+        constrained=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,7 +288,7 @@ class HermesPrepared:
 
 def prepare_hermes(vocab, *, tools: Sequence[ToolDefinition],
                    choice: ToolChoice | None = None, content=None,
-                   compiler=None) -> HermesPrepared:
+                   compiler=None, backend: str | None = None) -> HermesPrepared:
   """Validates and compiles a Hermes-framed request (raises ConstraintError first).
 
   Args:
@@ -359,8 +297,10 @@ def prepare_hermes(vocab, *, tools: Sequence[ToolDefinition],
     choice: call policy (default auto).
     content: an optional `OutputConstraint` for the content.
     compiler: the `ConstraintCompiler` (default: the vocabulary's shared one).
+    backend: the constraint backend the grammar compiles on (None or "auto": xgrammar).
   """
   from infernix_jax.constrain.compiler import ConstraintCompiler
+  from infernix_jax.constrain.framing._compile import framing_backend
   from infernix_jax.constrain.framing._convert import content_ebnf
   from infernix_jax.constrain.spec import OutputConstraint
 
@@ -371,5 +311,6 @@ def prepare_hermes(vocab, *, tools: Sequence[ToolDefinition],
   if fg.ebnf is None:
     return HermesPrepared(fg, None, vocab)
   compiler = ConstraintCompiler.for_vocab(vocab) if compiler is None else compiler
-  spec = OutputConstraint.grammar(fg.ebnf).with_framing(FRAMING).with_backend("xgrammar")
+  spec = OutputConstraint.grammar(fg.ebnf).with_framing(FRAMING).with_backend(
+      framing_backend(backend))
   return HermesPrepared(fg, CompiledHermes(fg, compiler.compile(spec)), vocab)

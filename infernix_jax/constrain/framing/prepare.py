@@ -42,7 +42,7 @@ class PreparedOutput:
 
 def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition] = (),
                    choice: ToolChoice | None = None, content=None,
-                   compiler=None) -> PreparedOutput:
+                   compiler=None, backend: str | None = None) -> PreparedOutput:
   """Validates and compiles a request's output language (raises ConstraintError first).
 
   Args:
@@ -53,6 +53,12 @@ def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition]
     content: an optional `OutputConstraint` for the content.
     compiler: the `ConstraintCompiler` whose cache the framed grammar compiles through
       (default: the vocabulary's shared one, `ConstraintCompiler.for_vocab`).
+    backend: the constraint backend the framed grammar compiles on (None or "auto":
+      xgrammar; e.g. "llguidance").
+
+  Raises:
+    ConstraintError: invalid tools, choice or content; UnsupportedConstraintError when the
+      backend cannot express framed grammars.
   """
   from infernix_jax.constrain.compiler import ConstraintCompiler
   from infernix_jax.constrain.framing._compile import compile_framed
@@ -65,4 +71,4 @@ def prepare_output(vocab, phase: OutputPhase, *, tools: Sequence[ToolDefinition]
     cg = ContentGrammar(ebnf, is_json)
   fg = build_grammar(framing, phase, tools=tools, choice=choice, content=cg)
   compiler = ConstraintCompiler.for_vocab(vocab) if compiler is None else compiler
-  return PreparedOutput(fg, compile_framed(compiler, fg), vocab)
+  return PreparedOutput(fg, compile_framed(compiler, fg, backend), vocab)

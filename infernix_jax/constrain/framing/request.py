@@ -44,7 +44,8 @@ def tool_choice_of(tool_choice: Any) -> ToolChoice:
 
 def prepare_for_request(vocab, prompt_ids: Sequence[int], *, tools: Any = None,
                         tool_choice: Any = None, constraint: Any = None,
-                        compiler: Any = None) -> PreparedOutput | HermesPrepared | None:
+                        compiler: Any = None,
+                        backend: str | None = None) -> PreparedOutput | HermesPrepared | None:
   """The framed output of a request, or None when the plain content path applies.
 
   On a Qwen-family vocabulary (``<tool_call>``, ``</tool_call>``, ``<think>``, ``</think>``
@@ -62,6 +63,8 @@ def prepare_for_request(vocab, prompt_ids: Sequence[int], *, tools: Any = None,
     constraint: the content OutputConstraint or None.
     compiler: the engine's `ConstraintCompiler` (its cache holds the framed grammar);
       default: the vocabulary's shared one.
+    backend: the constraint backend framed grammars compile on (None or "auto": xgrammar;
+      "llguidance"; a backend that cannot express them raises UnsupportedConstraintError).
 
   Raises:
     ConstraintError: invalid tools, choice or combination (nothing is queued).
@@ -72,13 +75,13 @@ def prepare_for_request(vocab, prompt_ids: Sequence[int], *, tools: Any = None,
       return None
     return prepare_hermes(vocab, tools=tool_definitions(tools),
                           choice=tool_choice_of(tool_choice), content=constraint,
-                          compiler=compiler)
+                          compiler=compiler, backend=backend)
   phase = phase_of_prompt(prompt_ids, framing, vocab=vocab)
   if tools is None and (constraint is None or phase is OutputPhase.CONTENT):
     return None
   defs = tool_definitions(tools) if tools is not None else ()
   return prepare_output(vocab, phase, tools=defs, choice=tool_choice_of(tool_choice),
-                        content=constraint, compiler=compiler)
+                        content=constraint, compiler=compiler, backend=backend)
 
 
 def new_output_decoder(prepared: PreparedOutput | HermesPrepared):

@@ -1,7 +1,11 @@
-"""Framed sessions: one matcher over the whole output, its decoder and the name companion.
+"""Framed sessions: one constraint session over the whole output, its decoder, the companion.
 
-A `FramedSession` wraps the constraint layer's `OutputSession` (same lookahead / preview /
-commit / discard transactions and mask contract) around a framed grammar, and adds:
+Axis letters (docs/CONTRACTS.md): K drafts, W mask words.
+
+`DecodedSession` is the one wrapper: the constraint session of the framed grammar (any
+backend's `MatcherSession`: its lookahead / preview / commit / discard and mask contract) plus
+an output decoder. `FramedSession` (Qwen framing) and `hermes.HermesSession` are it, and the
+Qwen one adds:
 
   * the output decoder, advanced only on commit (a preview decodes on a fork, so a call the
     decoder cannot read fails in preview, never after the model state moved);
@@ -25,7 +29,7 @@ from infernix_jax.constrain.framing import _args
 from infernix_jax.constrain.framing.decoder import DecodedOutput, OutputDecoder
 from infernix_jax.constrain.framing.grammar import FramedGrammar
 from infernix_jax.constrain.framing.thinking import OutputPhase
-from infernix_jax.constrain.session import OutputSession, PreviewResult
+from infernix_jax.constrain.session import PreviewResult
 
 _PARAM_DELIM = (_args.VALUE_DELIMITER + "\n").encode()  # ends one parameter
 _NAME = re.compile(rb"<parameter=([^<>\n]*)>")
@@ -57,8 +61,8 @@ class CompiledFraming(CompiledGrammarFacts):
 
   Attributes:
     framed: the language and decoding facts.
-    grammar: the `CompiledConstraint` of the whole-output grammar (xgrammar backend, shared
-      through the `ConstraintCompiler` cache).
+    grammar: the `CompiledConstraint` of the whole-output grammar (the request's backend,
+      shared through the `ConstraintCompiler` cache).
   """
   framed: FramedGrammar
   grammar: Any
@@ -141,17 +145,113 @@ class NameCompanion:
     return any(n in self.seen for n in names) or len(set(names)) < len(names)
 
 
-class FramedSession:
-  """One request's framed output state: matcher + decoder + companion (never shared).
+class DecodedSession:
+  """A constraint session plus an output decoder: the transactions once, for every framing.
 
-  Same transaction surface as `OutputSession` (lookahead / preview / commit / discard,
-  ``complete`` / ``terminated`` / ``can_continue``, ``forced_tokens``), so the engine and
-  `fill_batch` use it unchanged; decoded output is read from `result()` / `events`.
+  The constraint session's surface (lookahead / preview / commit / discard, flags,
+  ``forced_tokens``), so the engine and `fill_batch` use it unchanged (``backend`` is the
+  inner session's); the decoder advances only on commit (a preview decodes on a fork, so a
+  call the decoder cannot read fails in preview, never after the model state moved). Decoded
+  output is read from `result()` / `events`. Subclasses narrow the legal set through
+  `_narrow_*` hooks (the defaults narrow nothing).
   """
 
-  # Framed grammars compile with the xgrammar backend, whose fill_batch runs each row's own
-  # lookahead: framed rows are filled there, companion included.
-  backend = "xgrammar"
+  def __init__(self, inner, decoder):
+    self._inner = inner
+    self.backend = inner.backend
+    self.decoder = decoder
+    self._pending_decoder = None
+    self._pending_events: list = []
+    self.events: list = []  # events of the last commit
+
+  # --- flags -----------------------------------------------------------------------------------
+
+  terminated = property(lambda self: self._inner.terminated)
+  complete = property(lambda self: self._inner.complete)
+  can_continue = property(lambda self: self._inner.can_continue)
+  previewing = property(lambda self: self._inner.previewing)
+
+  @property
+  def mask_session(self):
+    """The constraint session whose masks are this session's (a batch fill runs its fast
+    path on it), or None when this session narrows them."""
+    return self._inner
+
+  @property
+  def branch(self) -> str:
+    return self.decoder.branch
+
+  def result(self) -> DecodedOutput:
+    """The decoded committed output (reasoning, content, completed tool calls)."""
+    return self.decoder.result()
+
+  # --- masks -----------------------------------------------------------------------------------
+
+  def fill_mask(self, out: np.ndarray) -> bool:
+    """The committed state's legal set into ``out`` (int32 [W]); False when empty."""
+    return self._inner.fill_mask(out)
+
+  def lookahead(self, drafts, out: np.ndarray) -> np.ndarray:
+    """Masks [K+1, W] into ``out`` and int8 states [K+1] for a draft chain (DESIGN.md 3)."""
+    return self._inner.lookahead(drafts, out)
+
+  def forced_tokens(self, max_n: int) -> list[int]:
+    """Jump-forward tokens of the inner session (never EOS; may be [])."""
+    return self._inner.forced_tokens(max_n)
+
+  # --- transactions ----------------------------------------------------------------------------
+
+  def preview(self, tokens) -> PreviewResult:
+    """Provisionally accepts the produced tokens; decodes them on a fork (errors surface here).
+
+    Raises:
+      DecodeError: the grammar accepted output the decoder cannot read (internal error).
+    """
+    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
+    r = self._preview_inner(tokens)
+    dec = self.decoder.fork()
+    try:
+      self._pending_events = dec.feed(tokens[:r.accepted])
+    except Exception:
+      self._inner.discard()
+      self._drop_pending()
+      raise
+    self._pending_decoder = dec
+    return r
+
+  def _preview_inner(self, tokens: list[int]) -> PreviewResult:
+    return self._inner.preview(tokens)
+
+  def commit(self) -> None:
+    """Confirms the preview: constraint session and decoder (checks nothing)."""
+    if not self._inner.previewing:
+      return
+    self._inner.commit()
+    self.decoder, self.events = self._pending_decoder, self._pending_events
+    self._commit_extra()
+    self._pending_decoder, self._pending_events = None, []
+
+  def _commit_extra(self) -> None:
+    pass
+
+  def _drop_pending(self) -> None:
+    self._pending_decoder, self._pending_events = None, []
+
+  def discard(self) -> None:
+    """Returns to the committed state."""
+    self._inner.discard()
+    self._drop_pending()
+
+  def accept(self, tokens) -> PreviewResult:
+    """preview + commit in one step (forced control, tests)."""
+    r = self.preview(tokens)
+    self.commit()
+    return r
+
+
+class FramedSession(DecodedSession):
+  """One request's Qwen-framed output state: constraint session + decoder + name companion
+  (never shared); `DecodedSession`'s surface plus the thinking controls."""
 
   def __init__(self, compiled: CompiledFraming):
     fg = compiled.framed
@@ -161,50 +261,25 @@ class FramedSession:
     f = fg.framing
     # Reasoning is matched token by token (not required to be UTF-8): the strict UTF-8 filter
     # is off from <think> to </think>, and on for everything from the separator on.
-    self._inner = OutputSession(
-        compiled.grammar, utf8_switch={f.think_open: _utf8.FREE, f.think_close: _utf8.CLEAN},
+    inner = compiled.grammar.new_session(
+        utf8_switch={f.think_open: _utf8.FREE, f.think_close: _utf8.CLEAN},
         utf8_start=_utf8.FREE if fg.phase is OutputPhase.THINKING else _utf8.CLEAN)
-    self.decoder = OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
-                                 tools_active=fg.tools_active, constrained=True)
+    super().__init__(inner, OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
+                                          tools_active=fg.tools_active, constrained=True))
     names = [n for n, c in fg.contracts.items() if not c.strict]
     self.companion = NameCompanion(self.vocab, fg.framing, names) if names else None
-    self._pending_decoder: OutputDecoder | None = None
     self._pending_companion: NameCompanion | None = None
-    self._pending_events: list = []
-    self.events: list = []  # events of the last commit
-
-  # --- flags -----------------------------------------------------------------------------------
 
   @property
-  def terminated(self) -> bool:
-    return self._inner.terminated
-
-  @property
-  def complete(self) -> bool:
-    return self._inner.complete
-
-  @property
-  def can_continue(self) -> bool:
-    return self._inner.can_continue
-
-  @property
-  def previewing(self) -> bool:
-    return self._inner.previewing
-
-  @property
-  def branch(self) -> str:
-    return self.decoder.branch
+  def mask_session(self):
+    return self._inner if self.companion is None else None
 
   @property
   def in_reasoning(self) -> bool:
     """The committed output is inside the reasoning block (a thinking budget may close it)."""
     return self.decoder._state in ("start", "reasoning")
 
-  def result(self) -> DecodedOutput:
-    """Reasoning, content and completed tool calls of the committed output."""
-    return self.decoder.result()
-
-  # --- masks -----------------------------------------------------------------------------------
+  # --- masks: the companion narrows the matcher's legal set --------------------------------------
 
   def fill_mask(self, out: np.ndarray) -> bool:
     ok = self._inner.fill_mask(out)
@@ -245,83 +320,6 @@ class FramedSession:
       comp.advance(d)
     return states
 
-  # --- transactions ----------------------------------------------------------------------------
-
-  def preview(self, tokens) -> PreviewResult:
-    """Provisionally accepts the produced tokens; decodes them on a fork (errors surface here).
-
-    Raises:
-      DecodeError: the grammar accepted output the decoder cannot read (internal error).
-    """
-    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
-    r = self._inner.preview(tokens)
-    n = r.accepted
-    comp = self.companion.copy() if self.companion is not None else None
-    if comp is not None:
-      for j in range(n):
-        if comp.violates(tokens[j]):
-          self._inner.discard()
-          r = self._inner.preview(tokens[:j])
-          n = r.accepted
-          break
-        comp.advance(tokens[j])
-    dec = self.decoder.fork()
-    try:
-      self._pending_events = dec.feed(tokens[:n])
-    except Exception:
-      self._inner.discard()
-      raise
-    self._pending_decoder, self._pending_companion = dec, comp
-    return r
-
-  def preview_forced_close(self) -> PreviewResult:
-    """Previews the canonical close ``\\n</think>\\n\\n`` (thinking budget; no sampling).
-
-    The whole control string is previewed at once (not limited by K+1); commit() confirms it
-    with the physical append. A forced and a natural close reach the same state.
-
-    Raises:
-      RuntimeError: the committed output is not inside reasoning, or the grammar refuses.
-    """
-    if not self.in_reasoning:
-      raise RuntimeError("a forced thinking close needs the output to be inside reasoning")
-    toks = self.framed.framing.forced_close_tokens()
-    if self.decoder._state == "start":
-      toks = [self.framed.framing.think_open] + toks
-    r = self.preview(toks)
-    if r.accepted != len(toks):
-      self.discard()
-      raise RuntimeError(f"the framed grammar refused the forced close at token {r.accepted}")
-    return r
-
-  def forced_close_tokens(self) -> list[int]:
-    """The token ids `preview_forced_close` previews (for the physical append)."""
-    toks = self.framed.framing.forced_close_tokens()
-    return ([self.framed.framing.think_open] + toks) if self.decoder._state == "start" else toks
-
-  def commit(self) -> None:
-    """Confirms the preview: matcher, decoder and companion (checks nothing)."""
-    if not self._inner.previewing:
-      return
-    self._inner.commit()
-    self.decoder = self._pending_decoder
-    if self._pending_companion is not None:
-      self.companion = self._pending_companion
-    self.events = self._pending_events
-    self._pending_decoder = self._pending_companion = None
-    self._pending_events = []
-
-  def discard(self) -> None:
-    """Returns to the committed state."""
-    self._inner.discard()
-    self._pending_decoder = self._pending_companion = None
-    self._pending_events = []
-
-  def accept(self, tokens) -> PreviewResult:
-    r = self.preview(tokens)
-    self.commit()
-    return r
-
   def forced_tokens(self, max_n: int) -> list[int]:
     """Jump-forward tokens (the matcher's forced string), minus any the companion refuses."""
     toks = self._inner.forced_tokens(max_n)
@@ -335,3 +333,50 @@ class FramedSession:
       comp.advance(t)
       out.append(t)
     return out
+
+  # --- transactions: the companion runs on a fork --------------------------------------------------
+
+  def _preview_inner(self, tokens: list[int]) -> PreviewResult:
+    r = self._inner.preview(tokens)
+    comp = self.companion.copy() if self.companion is not None else None
+    if comp is not None:
+      for j in range(r.accepted):
+        if comp.violates(tokens[j]):
+          self._inner.discard()
+          r = self._inner.preview(tokens[:j])
+          break
+        comp.advance(tokens[j])
+    self._pending_companion = comp
+    return r
+
+  def _commit_extra(self) -> None:
+    if self._pending_companion is not None:
+      self.companion = self._pending_companion
+    self._pending_companion = None
+
+  def _drop_pending(self) -> None:
+    super()._drop_pending()
+    self._pending_companion = None
+
+  def preview_forced_close(self) -> PreviewResult:
+    """Previews the canonical close ``\\n</think>\\n\\n`` (thinking budget; no sampling).
+
+    The whole control string is previewed at once (not limited by K+1); commit() confirms it
+    with the physical append. A forced and a natural close reach the same state.
+
+    Raises:
+      RuntimeError: the committed output is not inside reasoning, or the grammar refuses.
+    """
+    if not self.in_reasoning:
+      raise RuntimeError("a forced thinking close needs the output to be inside reasoning")
+    toks = self.forced_close_tokens()
+    r = self.preview(toks)
+    if r.accepted != len(toks):
+      self.discard()
+      raise RuntimeError(f"the framed grammar refused the forced close at token {r.accepted}")
+    return r
+
+  def forced_close_tokens(self) -> list[int]:
+    """The token ids `preview_forced_close` previews (for the physical append)."""
+    toks = self.framed.framing.forced_close_tokens()
+    return ([self.framed.framing.think_open] + toks) if self.decoder._state == "start" else toks
