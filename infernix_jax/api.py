@@ -241,8 +241,10 @@ class LLM:
       max_drafts: the most drafts a round may take for this request (None: the drafter's K;
         0: ordinary decoding).
       sampling_law: "local" (the target renormalized over the legal tokens at each position)
-        or "exact-finite" (p(y) restricted to the constraint's whole outputs, for a finite
-        constraint; greedy = the most probable output summed over its tokenizations;
+        or "exact-finite" (μ*(y) ∝ p_T(y)·[y valid] over the constraint's whole outputs, for
+        a finite constraint, where p_T(y) is the product of the per-token tempered
+        distributions softmax(logits / T): the model's p(y) at T = 1, not p(y)^(1/T)
+        renormalized at T != 1; max_tokens must cover the longest output of the law; greedy = the most probable output summed over its tokenizations;
         `infernix_jax.faithful`), or "onestep" (each token weighted by the legal mass one
         step after it, an estimate of exact-finite for any constraint, unbounded ones
         included, at extra target forwards per decoded position).

@@ -61,7 +61,8 @@ flags.DEFINE_float("frequency-penalty", 0.0, "Subtracted per occurrence in the o
 flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
 flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite", "onestep"],
                   "local: the target renormalized over the legal tokens at each position; "
-                  "exact-finite: p(y) restricted to the constraint's whole outputs (a finite "
+                  "exact-finite: the product of per-token tempered distributions restricted to the "
+                  "constraint's whole outputs and renormalized (a finite "
                   "constraint: choice, enum-only JSON Schema, bounded grammar; greedy = the most "
                   "probable output summed over its tokenizations); onestep: each token weighted "
                   "by the legal mass one step after it (an estimate of exact-finite for any "
