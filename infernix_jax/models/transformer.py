@@ -50,12 +50,6 @@ class DecoderLayers(nnx.Module):
                          span=span, tree=tree)
 
 
-def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
-  """Query t of row b sits at position starts[b] + t and reads keys 0..that: bool [B, T, S]."""
-  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
-  return jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
-
-
 def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: jax.Array,
                   cos, sin, mask: jax.Array):
   """One pre-norm decoder layer over T new tokens; their keys/values are returned, not stored.
