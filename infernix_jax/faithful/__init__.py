@@ -1,4 +1,5 @@
-"""Grammar-faithful sampling laws: μ*(y) ∝ p(y)·[y ∈ L] instead of the locally projected law.
+"""Grammar-faithful sampling laws: μ*(y) ∝ p(y)·[y ∈ L] instead of the locally projected law
+(p: the product of the per-token tempered distributions softmax(logits / T)).
 
 `trie.build` walks a constraint session into the token trie of a finite language;
 `law.ExactFiniteLaw.compute` runs the target over it (tree-attention forwards) and holds the
@@ -11,14 +12,16 @@ exact argmax without the whole trie, or sampling within a certified TV tolerance
 
 from infernix_jax.faithful.law import GREEDY_BLOCK, LAWS, ExactFiniteLaw
 from infernix_jax.faithful.onestep import OneStepLaw
-from infernix_jax.faithful.request import LawCache
+from infernix_jax.faithful.request import LawCache, target_fingerprint
 from infernix_jax.faithful.target import ForwardCost, log_phi, node_logprobs
 from infernix_jax.faithful.trie import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NODES,
-                                        LanguageTooLargeError, TokenTrie, build,
-                                        check_finite_kind)
+                                        LanguageTooLargeError, MaxTokensTooSmallError,
+                                        TokenTrie, build, check_finite_kind,
+                                        check_max_tokens)
 
 __all__ = [
     "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_NODES", "GREEDY_BLOCK", "LAWS", "ExactFiniteLaw",
-    "ForwardCost", "LanguageTooLargeError", "LawCache", "OneStepLaw", "TokenTrie", "build",
-    "check_finite_kind", "log_phi", "node_logprobs",
+    "ForwardCost", "LanguageTooLargeError", "LawCache", "MaxTokensTooSmallError", "OneStepLaw",
+    "TokenTrie", "build", "check_finite_kind", "check_max_tokens", "log_phi", "node_logprobs",
+    "target_fingerprint",
 ]

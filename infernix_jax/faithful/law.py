@@ -1,5 +1,9 @@
 """The grammar-faithful law μ*(y) ∝ p(y)·[y ∈ L] of a finite language, as a Doob transform.
 
+p(y) = Π_i softmax(logits_i / T)(y_i), the product of the per-token tempered distributions
+(EOS included): at T = 1 the model's probability of y; at T != 1 it is not p(y)^(1/T)
+renormalized.
+
 With the future validity Φ(y) = Pr_p[a valid completion | y], μ* decodes token by token with
 p*(t | y) = p(t | y)·Φ(y t) / Φ(y), EOS counting as a token with Φ(y EOS) = [y ∈ L]
 (Park et al., "Grammar-Aligned Decoding", NeurIPS 2024). For a finite language Φ is exact:

@@ -26,7 +26,7 @@ import numpy as np
 from infernix_jax import mask_layout
 from infernix_jax.faithful.law import GREEDY_BLOCK
 from infernix_jax.faithful.target import ForwardCost, pow2
-from infernix_jax.pallas._sampling import unpack_legal
+from infernix_jax.pallas import unpack_legal
 
 DEFAULT_CANDIDATES = 16  # legal tokens per position whose Φ̂ is evaluated (the most probable)
 PREFILL_OVER = 64  # output tokens not yet in the law's cache: above this, prefilled first

@@ -24,6 +24,48 @@ class LanguageTooLargeError(ConstraintError):
   """The constraint's language has more token sequences (or longer ones) than the bounds."""
 
 
+class MaxTokensTooSmallError(FeatureConflictError):
+  """max_tokens is below the token length of an output the law can produce.
+
+  The engine would cut that output at max_tokens, and the cut can spell a shorter member:
+  the samples would silently follow another law. `param` names the request field.
+
+  Attributes:
+    param: "max_tokens".
+    max_tokens: the request's value.
+    longest: the token length (EOS excluded) the request needs.
+  """
+
+  param = "max_tokens"
+
+  def __init__(self, message: str, *, max_tokens: int, longest: int):
+    super().__init__(message)
+    self.max_tokens, self.longest = max_tokens, longest
+
+
+def check_max_tokens(longest: int, max_tokens: int, *, name: str = "the constraint",
+                     what: str = "its longest member") -> None:
+  """Refuses an exact-finite request whose max_tokens would cut an output of the law.
+
+  Args:
+    longest: the token length (EOS excluded) of the longest output the law can produce.
+    max_tokens: the request's max_tokens (EOS counts as one of them).
+    name: how the message names the constraint.
+    what: how the message names that output (e.g. "its longest member").
+
+  Raises:
+    MaxTokensTooSmallError: max_tokens < longest.
+  """
+  if max_tokens >= longest:
+    return
+  raise MaxTokensTooSmallError(
+      f"sampling_law='exact-finite': max_tokens={max_tokens} is below the {longest} tokens of "
+      f"{what} ({name}); the engine would cut such outputs at max_tokens, and a cut can spell "
+      f"a shorter member, so the samples would not follow the law. Raise max_tokens to at "
+      f"least {longest} ({longest + 1} to let the output end on EOS), shorten the language, "
+      f"or use sampling_law='local'", max_tokens=max_tokens, longest=longest)
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenTrie:
   """Every token sequence a finite constraint accepts, as a tree rooted at the empty output.
@@ -72,6 +114,10 @@ class TokenTrie:
   def members(self) -> list[list[int]]:
     """Every member token sequence (EOS excluded), in node order."""
     return [self.path(i) for i in np.flatnonzero(self.member)]
+
+  def longest_member(self) -> int:
+    """The token length (EOS excluded) of the longest member (0 when there is none)."""
+    return int(self.depth[self.member].max(initial=0))
 
   def leaves(self) -> np.ndarray:
     """i32[...] the nodes without children (every root-to-node path ends at one of them)."""

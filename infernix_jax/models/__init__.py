@@ -3,6 +3,7 @@
 from infernix_jax.models.config import (
     PRESETS, QWEN3_0_6B, QWEN3_1_7B, QWEN3_4B, QWEN3_8B, QWEN3_14B, QWEN3_32B, SMOLLM2_135M,
     ModelConfig)
+from infernix_jax.models import layers  # the pure layer functions drafters and training reuse
 from infernix_jax.models.kv_cache import KVCache
 from infernix_jax.models.loaders import (
     default_model_path, load_checkpoint, load_default, load_gguf, load_hf_dir, load_model,
@@ -15,7 +16,7 @@ from infernix_jax.models import drafters  # after the core: drafters build on it
 
 __all__ = [
     "PRESETS", "QWEN3_0_6B", "QWEN3_1_7B", "QWEN3_4B", "QWEN3_8B", "QWEN3_14B", "QWEN3_32B",
-    "SMOLLM2_135M", "ModelConfig", "drafters", "KVCache", "Transformer", "Tokenizer", "decode",
+    "SMOLLM2_135M", "ModelConfig", "drafters", "layers", "KVCache", "Transformer", "Tokenizer", "decode",
     "default_model_path", "forward", "load_checkpoint", "load_default", "load_gguf",
     "load_hf_dir", "load_model", "load_tokenizer", "make_mesh", "model_source", "prefill",
     "restore_params", "save_checkpoint", "save_params", "shard_cache", "shard_state",

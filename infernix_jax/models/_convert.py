@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from infernix_jax.models import _layers
+from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.transformer import Transformer
 
@@ -24,7 +24,7 @@ def model_from_arrays(cfg: ModelConfig, arrays: Mapping[str, np.ndarray]) -> Tra
   Args:
     cfg: the architecture.
     arrays: "embed" [Vm, D], "final_norm" [D], optional "lm_head" [D, Vm], and
-      "layers.<name>" [L, ...] for every name of `_layers.layer_param_shapes`.
+      "layers.<name>" [L, ...] for every name of `layers.layer_param_shapes`.
 
   Returns:
     The model, parameters cast to cfg.dtype.
@@ -49,6 +49,6 @@ def model_from_arrays(cfg: ModelConfig, arrays: Mapping[str, np.ndarray]) -> Tra
       filled[key] = {n: take(f"layers.{n}", s) for n, s in spec.items()}
     else:
       filled[key] = take(key, spec)
-  assert set(pure["layers"]) == set(_layers.layer_param_shapes(cfg))
+  assert set(pure["layers"]) == set(layers.layer_param_shapes(cfg))
   nnx.replace_by_pure_dict(abstract, filled)
   return nnx.merge(graphdef, abstract)

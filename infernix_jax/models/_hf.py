@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 from safetensors import safe_open
 
-from infernix_jax.models import _layers
+from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
 
 # HF parameter name (inside model.layers.{i}.) -> (our name, transpose to [in, out]).
@@ -72,7 +72,7 @@ def read_safetensors(directory: Path) -> dict[str, np.ndarray]:
 
 def hf_to_arrays(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """Renames and stacks HF tensors into the layout `model_from_arrays` expects."""
-  wanted = _layers.layer_param_shapes(cfg)
+  wanted = layers.layer_param_shapes(cfg)
   per_layer: dict[str, list] = {n: [None] * cfg.num_layers for n in wanted}
   for key, value in tensors.items():
     if not key.startswith("model.layers."):

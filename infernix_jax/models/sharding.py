@@ -14,7 +14,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from infernix_jax.models import _convert, _layers
+from infernix_jax.models import _convert, layers
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.kv_cache import KVCache
 
@@ -92,8 +92,8 @@ def parse_mesh(spec: str, devices: Sequence | None = None, *, name: str = "mesh"
 def param_axes(cfg: ModelConfig) -> dict:
   """Logical axis names of every parameter, shaped like `nnx.to_pure_dict(state)`."""
   axes = {"embed": ("vocab", "embed"), "final_norm": ("embed",),
-          "layers": {name: ("layers", *_layers.LAYER_PARAM_AXES[name])
-                     for name in _layers.layer_param_shapes(cfg)}}
+          "layers": {name: ("layers", *layers.LAYER_PARAM_AXES[name])
+                     for name in layers.layer_param_shapes(cfg)}}
   if not cfg.tie_embeddings:
     axes["lm_head"] = ("embed", "vocab")
   return axes

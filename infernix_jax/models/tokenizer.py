@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+
+from infernix_jax import chat_template as _chat_template
 
 # llama.cpp pre-tokenizer regexes (the `tokenizer.ggml.pre` key) that differ from GPT-2.
 _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
@@ -25,12 +27,15 @@ class Tokenizer:
     chat_template: Jinja chat template string, or None when the source has none.
     eos_id: end-of-sequence (end-of-turn) token id, or None.
     bos_id: beginning-of-sequence token id, or None.
+    chat_special: spellings of the special tokens the template reads (``bos_token``,
+      ``eos_token``, ...), from the same metadata `ChatTemplate.for_model` reads.
   """
 
   backend: tokenizers.Tokenizer
   chat_template: str | None = None
   eos_id: int | None = None
   bos_id: int | None = None
+  chat_special: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   @property
   def vocab_size(self) -> int:
@@ -49,32 +54,18 @@ class Tokenizer:
                           **kwargs) -> str:
     """Renders messages with the model's own template (ChatML when the source has none).
 
-    The Jinja environment matches Hugging Face's (sandboxed, trim_blocks, lstrip_blocks,
-    loop controls, `raise_exception`), so templates render byte-identically.
+    The one renderer (`infernix_jax.chat_template.ChatTemplate`, also behind
+    `constrain.framing.render_chat`): Hugging Face's environment and variables, so templates
+    render byte-identically to ``transformers`` and to framing's prompts.
 
     Args:
       messages: [{"role": ..., "content": ...}, ...].
       add_generation_prompt: end with the assistant turn header.
       **kwargs: extra template variables (e.g. `enable_thinking=False`, `tools=[...]`).
     """
-    template = self.chat_template or (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    return _jinja_env().from_string(template).render(
-        messages=messages, add_generation_prompt=add_generation_prompt, **kwargs)
-
-
-def _jinja_env():
-  import jinja2  # pylint: disable=import-outside-toplevel
-  from jinja2 import sandbox  # pylint: disable=import-outside-toplevel
-
-  def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-  env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                              extensions=["jinja2.ext.loopcontrols"])
-  env.globals["raise_exception"] = raise_exception
-  return env
+    template = _chat_template.compiled(self.chat_template or _chat_template.CHATML,
+                                       tuple(sorted(self.chat_special.items())))
+    return template.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
 
 
 def _from_gguf(path: Path) -> Tokenizer:
@@ -107,22 +98,24 @@ def _from_gguf(path: Path) -> Tokenizer:
                               for t, kind in zip(tokens, types)
                               if kind in (_GGUF_CONTROL, _GGUF_USER_DEFINED)])
   get = lambda k: fields[k].contents() if k in fields else None
-  return Tokenizer(backend, chat_template=get("tokenizer.chat_template"),
-                   eos_id=get("tokenizer.ggml.eos_token_id"),
-                   bos_id=get("tokenizer.ggml.bos_token_id"))
+  template, special = _chat_template.template_of_gguf(fields)
+  return Tokenizer(backend, chat_template=template, eos_id=get("tokenizer.ggml.eos_token_id"),
+                   bos_id=get("tokenizer.ggml.bos_token_id"), chat_special=special)
 
 
 def _from_tokenizer_json(path: Path) -> Tokenizer:
   backend = tokenizers.Tokenizer.from_file(str(path))
   template = eos = bos = None
+  special = {}
   config = path.parent / "tokenizer_config.json"
   if config.exists():
-    data = json.loads(config.read_text())
-    template = data.get("chat_template")
+    data = json.loads(config.read_text(encoding="utf-8"))
+    template, special = _chat_template.template_of_config(config, data)
     token_id = lambda t: backend.token_to_id(t if isinstance(t, str) else t["content"])
     eos = token_id(data["eos_token"]) if data.get("eos_token") else None
     bos = token_id(data["bos_token"]) if data.get("bos_token") else None
-  return Tokenizer(backend, chat_template=template, eos_id=eos, bos_id=bos)
+  return Tokenizer(backend, chat_template=template, eos_id=eos, bos_id=bos,
+                   chat_special=special)
 
 
 def load_tokenizer(path) -> Tokenizer:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from infernix_jax.models import _layers
+from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.kv_cache import KVCache
 
@@ -34,8 +34,8 @@ class DecoderLayers(nnx.Module):
   """
 
   def __init__(self, cfg: ModelConfig, num_layers: int, *, rngs: nnx.Rngs):
-    self.names = tuple(sorted(_layers.layer_param_shapes(cfg)))
-    for name, shape in sorted(_layers.layer_param_shapes(cfg).items()):
+    self.names = tuple(sorted(layers.layer_param_shapes(cfg)))
+    for name, shape in sorted(layers.layer_param_shapes(cfg).items()):
       value = init_param(name, (num_layers, *shape), cfg.jnp_dtype, rngs.params())
       setattr(self, name, nnx.Param(value))
 
@@ -50,18 +50,12 @@ class DecoderLayers(nnx.Module):
                          span=span, tree=tree)
 
 
-def causal_mask(starts: jax.Array, t: int, s: int) -> jax.Array:
-  """Query t of row b sits at position starts[b] + t and reads keys 0..that: bool [B, T, S]."""
-  positions = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
-  return jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
-
-
 def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: jax.Array,
                   cos, sin, mask: jax.Array):
   """One pre-norm decoder layer over T new tokens; their keys/values are returned, not stored.
 
   Args:
-    p: this layer's parameters (either layout, see `_layers.project_qkv`).
+    p: this layer's parameters (either layout, see `layers.project_qkv`).
     x: activations [B, T, D].
     past_k, past_v: this layer's cache entries [B, S', G, H] (read only).
     cos, sin: rope tables of the new positions.
@@ -71,13 +65,13 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: 
   Returns:
     (x [B, T, D], k [B, T, G, H], v [B, T, G, H]) -- the new keys/values, rotated.
   """
-  h = _layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
-  q, k, v = _layers.project_qkv(cfg, p, h, cos, sin)
+  h = layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
+  q, k, v = layers.project_qkv(cfg, p, h, cos, sin)
   keys = jnp.concatenate([past_k.astype(q.dtype), k], axis=1)  # [B, S' + T, G, H]
   values = jnp.concatenate([past_v.astype(q.dtype), v], axis=1)
-  o = _layers.attention(q, keys, values, mask)
-  x = x + _layers.attn_out(cfg, p, o)
-  return x + _layers.mlp(cfg, p, x), k, v
+  o = layers.attention(q, keys, values, mask)
+  x = x + layers.attn_out(cfg, p, o)
+  return x + layers.mlp(cfg, p, x), k, v
 
 
 def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array,
@@ -97,7 +91,7 @@ def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax
   b, t, _ = x.shape
   slots = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
   positions = slots if tree is None else starts[:, None] + tree[0]
-  cos, sin = _layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
+  cos, sin = layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
   s = min(span or cache_k.shape[2], cache_k.shape[2])
   past = jnp.arange(s, dtype=jnp.int32)[None, None, :] < starts[:, None, None]  # [B, 1, S']
   if tree is None:
@@ -181,7 +175,7 @@ class Transformer(nnx.Module):
 
   def logits(self, hidden: jax.Array) -> jax.Array:
     """Pre-norm hidden [..., D] -> f32 logits [..., Vm] (final RMSNorm, then the LM head)."""
-    h = _layers.rms_norm(hidden, self.final_norm[...], self.cfg.norm_eps)
+    h = layers.rms_norm(hidden, self.final_norm[...], self.cfg.norm_eps)
     if self.cfg.tie_embeddings:
       return jnp.einsum("...D,VD->...V", h, self.embed[...],
                         preferred_element_type=jnp.float32)

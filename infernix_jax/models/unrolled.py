@@ -104,7 +104,7 @@ class UnrolledLayers(nnx.Module):
     return (x, cache_k, cache_v, tuple(outputs)) if collect else (x, cache_k, cache_v)
 
   def stacked_params(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
-    """The stacked layout's arrays ([L, ...] per `_layers.layer_param_shapes` name), f32 host
+    """The stacked layout's arrays ([L, ...] per `layers.layer_param_shapes` name), f32 host
     copies (int8 and bf16 weights come back dequantized)."""
     per_layer = []
     for layer in self.layers:

@@ -1,5 +1,7 @@
 """Kernels that consume packed grammar masks: masked sampling and speculative acceptance."""
 
+from infernix_jax.pallas import rng
+from infernix_jax.pallas._sampling import unpack_legal
 from infernix_jax.pallas._types import (FLAG_DEAD_END, FLAG_EMPTY, FLAG_NONFINITE,
                                         PURPOSE_SAMPLE, SPARSE_Q_WIDTH, DenseQ, OneHotQ,
                                         SamplingParams, SparseQ)
@@ -13,6 +15,7 @@ from infernix_jax.pallas.spec_accept import (SpecResult, spec_accept_kernel,
 __all__ = [
     "FLAG_DEAD_END", "FLAG_EMPTY", "FLAG_NONFINITE", "PURPOSE_SAMPLE", "SPARSE_Q_WIDTH",
     "BlockSizes", "DenseQ", "OneHotQ", "SamplingParams", "SparseQ", "SpecResult",
-    "masked_probs_reference", "masked_sample", "masked_sample_kernel", "masked_sample_reference", "resolve_impl",
-    "spec_accept", "spec_accept_kernel", "spec_accept_reference",
+    "masked_probs_reference", "masked_sample", "masked_sample_kernel",
+    "masked_sample_reference", "resolve_impl",
+    "rng", "spec_accept", "spec_accept_kernel", "spec_accept_reference", "unpack_legal",
 ]

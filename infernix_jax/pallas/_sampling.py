@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from infernix_jax.pallas import _rng
+from infernix_jax.pallas import rng
 from infernix_jax.pallas._types import FLAG_EMPTY, FLAG_NONFINITE
 
 INT_MIN = np.int32(-2**31)
@@ -33,7 +33,17 @@ def sort_key(z):
 
 
 def unpack_legal(mask, enabled, vocab_size: int, width: int):
-  """bool[N, width] legal ids from packed words [N, W]; disabled rows allow every id < V."""
+  """The legal ids of packed mask rows, on the device (`mask_layout.unpack` in jnp).
+
+  Args:
+    mask: i32[R, W] packed words (bit `id % 32` of word `id // 32`).
+    enabled: bool[R]; a disabled row allows every id < V.
+    vocab_size: V; ids >= V are never legal.
+    width: the output width (Vm, may exceed W * 32: padded with False).
+
+  Returns:
+    bool[R, width].
+  """
   n, w = mask.shape
   lanes = jnp.arange(32, dtype=jnp.int32)
   bits = jax.lax.shift_right_logical(mask[:, :, None], lanes[None, None, :]) & 1    # [N, W, 32]
@@ -319,7 +329,7 @@ def draw(z, legal, th: Thresholds, key):
 
 
 def _argmax_gumbel_at(scores, cand, ids, key):
-  g = _rng.gumbel(_rng.random_bits(key[:, None], ids))
+  g = rng.gumbel(rng.random_bits(key[:, None], ids))
   s = jnp.where(cand, scores + g, -jnp.inf)
   best = jnp.max(s, axis=-1)
   tok = jnp.min(jnp.where(cand & (s == best[:, None]), ids, INT_MAX), axis=-1)
@@ -343,7 +353,7 @@ def gumbel_argmax(scores, cand, key):
   """
   vm = scores.shape[1]
   ids = jnp.arange(vm, dtype=jnp.int32)
-  g = _rng.gumbel(_rng.random_bits(key[:, None], ids[None, :]))
+  g = rng.gumbel(rng.random_bits(key[:, None], ids[None, :]))
   s = jnp.where(cand, scores + g, -jnp.inf)      # candidates are finite: Gumbel noise is
   best = jnp.max(s, axis=-1)                      # bounded, so best > -inf iff any candidate
   tok = jnp.min(jnp.where(s == best[:, None], ids[None, :], INT_MAX), axis=-1)

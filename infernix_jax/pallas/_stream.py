@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from infernix_jax.pallas import _rng
+from infernix_jax.pallas import rng
 from infernix_jax.pallas._sampling import INT_MAX, INT_MIN, sort_key
 from infernix_jax.pallas._types import FLAG_EMPTY, FLAG_NONFINITE
 
@@ -104,7 +104,7 @@ def _merge_max(a, b):
 
 
 def gumbel_block(blk: Block, key):
-  return _rng.gumbel(_rng.random_bits(key, blk.ids))
+  return rng.gumbel(rng.random_bits(key, blk.ids))
 
 
 class Stats(NamedTuple):

@@ -1,7 +1,7 @@
 """Fused masked candidate selection: packed grammar mask + sampling transforms + draw, per row.
 
 Axis letters: R rows, Vm logits width (32 * Wm after padding), V tokenizer vocabulary,
-W = ceil(V / 32) mask words, M history entries. See ``_sampling`` for the math and ``_rng``
+W = ceil(V / 32) mask words, M history entries. See ``_sampling`` for the math and ``rng``
 for the counter-based randomness.
 """
 
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from infernix_jax.pallas import _rng, _sampling, _stream
+from infernix_jax.pallas import _sampling, _stream, rng
 from infernix_jax.pallas._types import SamplingParams
 
 
@@ -71,7 +71,7 @@ def _kernel(logits_ref,  # [Wm, 32]
   top_k, enabled, seed, position = ip_ref[0], ip_ref[1], ip_ref[2], ip_ref[3]
   row = _stream.Row(logits_ref, mask_ref, (), enabled != 0, vocab_size, logits_ref.shape[0],
                     block_words)
-  key = _rng.stream_key(jax.lax.bitcast_convert_type(seed, jnp.uint32), position, purpose)
+  key = rng.stream_key(jax.lax.bitcast_convert_type(seed, jnp.uint32), position, purpose)
   positive = temperature > 0
   inv_t = jnp.where(positive, 1.0 / jnp.where(positive, temperature, 1.0), 1.0)
   st = _stream.stats(row, key, inv_t)
@@ -196,6 +196,6 @@ def masked_sample_reference(logits, mask, mask_enabled, params: SamplingParams, 
   legal = _sampling.unpack_legal(mask.astype(jnp.int32), mask_enabled, vocab_size, vm)
   th = _sampling.thresholds(z, legal, params.temperature, params.top_k, params.top_p,
                             params.min_p, greedy_all=False)
-  drawn = _sampling.draw(z, legal, th, _rng.stream_key(seed, position, purpose))
+  drawn = _sampling.draw(z, legal, th, rng.stream_key(seed, position, purpose))
   tok = jnp.where(th.flags != 0, -1, jnp.where(params.temperature > 0, drawn, th.greedy))
   return tok.astype(jnp.int32), th.flags

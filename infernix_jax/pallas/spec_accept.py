@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from infernix_jax.mask_layout import DEAD_END, UNREACHABLE
-from infernix_jax.pallas import _rng, _sampling, _stream
+from infernix_jax.pallas import _sampling, _stream, rng
 from infernix_jax.pallas._types import (FLAG_DEAD_END, DenseQ, OneHotQ, PURPOSE_SAMPLE,
                                         SamplingParams, SparseQ)
 from infernix_jax.pallas.masked_sample import (BlockSizes, _gpu_params, _prepare_logits,
@@ -135,7 +135,7 @@ def spec_accept_reference(logits, mask, mask_enabled, states, drafts, n_drafts, 
   s = _sampling.support(z.astype(jnp.float32), legal, rp.temperature, rp.top_k, rp.top_p,
                         rp.min_p)
   pos = position[:, None] + jnp.arange(p, dtype=jnp.int32)[None, :]            # [B, P]
-  key = _rng.stream_key(seed[:, None], pos, purpose).reshape(b * p)
+  key = rng.stream_key(seed[:, None], pos, purpose).reshape(b * p)
   draw = _sampling.gumbel_argmax(s.zt, s.cand, key).reshape(b, p)             # bonus draws
   greedy = s.greedy.reshape(b, p)
   sampling = params.temperature > 0
@@ -147,7 +147,7 @@ def spec_accept_reference(logits, mask, mask_enabled, states, drafts, n_drafts, 
   p_d = jnp.where(legal_d, jnp.take_along_axis(
       pk, jnp.clip(drafts, 0, vm - 1)[..., None], -1)[..., 0], 0.0)
   q_d = _q_of_draft(q, drafts, vm)
-  u = _rng.uniform(seed[:, None], pos[:, :k], purpose)
+  u = rng.uniform(seed[:, None], pos[:, :k], purpose)
   accept = jnp.where(sampling[:, None], u * q_d < p_d, drafts == greedy[:, :k])
 
   # Residual draws at every draft position (only the first rejection's is used).
@@ -207,7 +207,7 @@ def _kernel(*refs, vocab_size: int, block_words: int, purpose: int, q_kind: str,
   def step(carry):
     i, _, flags, _ = carry
     row = _stream.Row(logits_ref, mask_ref, (i,), enabled, vocab_size, words, block_words)
-    key = _rng.stream_key(seed, position + i, purpose)
+    key = rng.stream_key(seed, position + i, purpose)
     state = states_ref[i] if has_mask else jnp.int32(0)
     dead = enabled & (state == int(DEAD_END))
     unreach = enabled & (state == int(UNREACHABLE))
@@ -230,7 +230,7 @@ def _kernel(*refs, vocab_size: int, block_words: int, purpose: int, q_kind: str,
         _, w_d = _stream.in_support(dblk, th)
         p_d = jnp.where(dblk.legal, w_d / jnp.maximum(total, 1e-38), 0.0)
         q_d = _q_scalar(q_kind, q_refs, i, d, words)
-        u = _rng.uniform(seed, position + i, purpose)
+        u = rng.uniform(seed, position + i, purpose)
         ok = jnp.where(sampling, u * q_d < p_d, d == st.greedy)
 
         def reject():

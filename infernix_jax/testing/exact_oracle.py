@@ -4,7 +4,6 @@ distributions, chi-square): shared by the exactness tests and the exactness stud
 from __future__ import annotations
 
 import functools
-import itertools
 
 import jax
 import numpy as np
@@ -139,10 +138,6 @@ def chi_square_pvalue(expected_probs: dict, samples: list[tuple]) -> float:
   if len(obs) < 2:
     return 1.0
   return float(stats.chisquare(obs, np.asarray(exp) * (sum(obs) / sum(exp))).pvalue)
-
-
-def all_outputs(vocab_size: int, length: int):
-  return itertools.product(range(vocab_size), repeat=length)
 
 
 def counter_example(rows: int, q_kind: str, drop_illegal: bool, seed: int = 21) -> np.ndarray:

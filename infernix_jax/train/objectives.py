@@ -27,14 +27,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from infernix_jax.models import _layers
+from infernix_jax.models import layers
 from infernix_jax.models.drafters.base import TargetHead
 from infernix_jax.models.transformer import decoder_layer
 
 
 def teacher_logits(hidden, final_norm, head: TargetHead, eps: float):
   """Target hidden [..., D] -> f32 logits [..., Vm]."""
-  return head.logits(_layers.rms_norm(hidden, final_norm, eps))
+  return head.logits(layers.rms_norm(hidden, final_norm, eps))
 
 
 def _kl_ce(student, teacher, token):
@@ -82,14 +82,14 @@ def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
 
   def fuse(h, tok):
     emb = jnp.take(head.embed, tok, axis=0).astype(dt)
-    both = jnp.concatenate([_layers.rms_norm(h.astype(dt), params["hidden_norm"], eps),
-                            _layers.rms_norm(emb, params["embed_norm"], eps)], axis=-1)
+    both = jnp.concatenate([layers.rms_norm(h.astype(dt), params["hidden_norm"], eps),
+                            layers.rms_norm(emb, params["embed_norm"], eps)], axis=-1)
     return both @ params["proj"]
 
   prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0)  # H[j - 1]
   x = fuse(prev, ids)[None]  # [1, N, D]
   pos = jnp.arange(n, dtype=jnp.int32)[None]
-  cos, sin = _layers.rope_tables(pos, cfg.head_dim, cfg.rope_theta)
+  cos, sin = layers.rope_tables(pos, cfg.head_dim, cfg.rope_theta)
   causal = (jnp.arange(n)[None, :] <= jnp.arange(n)[:, None])[None]
   empty = jnp.zeros((1, 0, cfg.num_kv_heads, cfg.head_dim), dt)
   g1, k1, v1 = decoder_layer(cfg, p, x, empty, empty, cos, sin, causal)  # [1, N, ...]
@@ -103,7 +103,7 @@ def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
   for i in range(2, k + 1):
     tok = jnp.take(ids, jnp.clip(anchors + i - 1, 0, n - 1))
     xi = fuse(g, tok)[:, None]  # [A, 1, D]
-    cos_i, sin_i = _layers.rope_tables((anchors + i - 1)[:, None], cfg.head_dim,
+    cos_i, sin_i = layers.rope_tables((anchors + i - 1)[:, None], cfg.head_dim,
                                        cfg.rope_theta)
     mask = jnp.concatenate([ctx_ok, jnp.ones((a, i - 1), bool)], axis=-1)[:, None]
     out, ki, vi = decoder_layer(cfg, p, xi, keys, values, cos_i, sin_i, mask)
@@ -112,7 +112,7 @@ def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
     g = out[:, 0]
     outs.append(g)
   gs = jnp.stack(outs, axis=1)  # [A, K, D]
-  return head.logits(_layers.rms_norm(gs, params["final_norm"], eps))
+  return head.logits(layers.rms_norm(gs, params["final_norm"], eps))
 
 
 def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
@@ -120,24 +120,24 @@ def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
   eps, dt = cfg.norm_eps, cfg.jnp_dtype
   n, a, t = ids.shape[0], anchors.shape[0], k + 1
   prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0).astype(dt)
-  feats = _layers.rms_norm(prev @ params["fc"], params["feature_norm"], eps)[None]  # [1,N,D]
-  cos_c, sin_c = _layers.rope_tables(jnp.arange(n, dtype=jnp.int32)[None], cfg.head_dim,
+  feats = layers.rms_norm(prev @ params["fc"], params["feature_norm"], eps)[None]  # [1,N,D]
+  cos_c, sin_c = layers.rope_tables(jnp.arange(n, dtype=jnp.int32)[None], cfg.head_dim,
                                      cfg.rope_theta)
   blk_pos = anchors[:, None] + 1 + jnp.arange(t, dtype=jnp.int32)[None]  # [A, T]
-  cos_b, sin_b = _layers.rope_tables(blk_pos, cfg.head_dim, cfg.rope_theta)
+  cos_b, sin_b = layers.rope_tables(blk_pos, cfg.head_dim, cfg.rope_theta)
   anchor_emb = jnp.take(head.embed, jnp.take(ids, anchors), axis=0).astype(dt)
   x = jnp.concatenate([anchor_emb[:, None],
                        jnp.broadcast_to(params["mask_embed"], (a, k, cfg.dim))], axis=1)
   ctx_ok = jnp.arange(n)[None, :] <= anchors[:, None]  # [A, N]
   mask = jnp.concatenate([jnp.broadcast_to(ctx_ok[:, None], (a, t, n)),
                           jnp.ones((a, t, t), bool)], axis=-1)
-  layers = params["layers"]
+  stacked = params["layers"]  # [L, ...] per name
   for layer in range(cfg.num_layers):
-    p = jax.tree.map(lambda w, layer=layer: w[layer], layers)
-    _, kc, vc = _layers.project_qkv(cfg, p, feats, cos_c, sin_c)  # [1, N, G, H]
+    p = jax.tree.map(lambda w, layer=layer: w[layer], stacked)
+    _, kc, vc = layers.project_qkv(cfg, p, feats, cos_c, sin_c)  # [1, N, G, H]
     x, _, _ = decoder_layer(cfg, p, x, jnp.broadcast_to(kc, (a,) + kc.shape[1:]),
                             jnp.broadcast_to(vc, (a,) + vc.shape[1:]), cos_b, sin_b, mask)
-  return head.logits(_layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, Vm]
+  return head.logits(layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, Vm]
 
 
 LOGITS = {"mtp": mtp_logits, "block": block_logits}

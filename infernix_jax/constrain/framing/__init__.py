@@ -13,10 +13,10 @@ vocabularies), output decoding and chat prompts.
   decoder = fr.new_output_decoder(prepared)  # .feed(ids) -> events; .result()
 """
 
+from infernix_jax.chat_template import ChatTemplate
 from infernix_jax.constrain.framing import hermes
 from infernix_jax.constrain.framing._args import Encoding, ParamContract, ToolContract
 from infernix_jax.constrain.framing.chat import render_chat
-from infernix_jax.constrain.framing.chat_template import ChatTemplate
 from infernix_jax.constrain.framing.decoder import (ContentDelta, DecodedOutput, DecodeError,
                                                     OutputDecoder, ReasoningDelta, ToolCall,
                                                     ToolCallDelta, ToolCallEnd, ToolCallStart)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from infernix_jax.chat_template import ChatTemplate
 from infernix_jax.constrain.framing import hermes
-from infernix_jax.constrain.framing.chat_template import ChatTemplate
 from infernix_jax.constrain.framing.request import (qwen_framing, tool_choice_of,
                                                     tool_definitions)
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from infernix_jax.models import _layers
+from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.drafters.base import (DraftContext, OneHotQ, SparseQ, TargetHead,
                                                choose_sparse, last_valid, split_keys)
@@ -63,14 +63,14 @@ class DFlashNet(nnx.Module):
     """
     cfg = self.cfg
     b, c, _ = features.shape
-    feats = _layers.rms_norm(features.astype(cfg.jnp_dtype) @ self.fc[...],
+    feats = layers.rms_norm(features.astype(cfg.jnp_dtype) @ self.fc[...],
                              self.feature_norm[...], cfg.norm_eps)  # [B, C, D]
     starts = cache.lengths
     committed = starts + counts
     ctx_pos = starts[:, None] + jnp.arange(c, dtype=jnp.int32)  # [B, C]
     blk_pos = committed[:, None] + jnp.arange(k + 1, dtype=jnp.int32)  # [B, T]
-    cos_c, sin_c = _layers.rope_tables(ctx_pos, cfg.head_dim, cfg.rope_theta)
-    cos_b, sin_b = _layers.rope_tables(blk_pos, cfg.head_dim, cfg.rope_theta)
+    cos_c, sin_c = layers.rope_tables(ctx_pos, cfg.head_dim, cfg.rope_theta)
+    cos_b, sin_b = layers.rope_tables(blk_pos, cfg.head_dim, cfg.rope_theta)
     anchor_emb = jnp.take(head.embed, anchors, axis=0).astype(cfg.jnp_dtype)  # [B, D]
     x = jnp.concatenate([anchor_emb[:, None],
                          jnp.broadcast_to(self.mask_embed[...], (b, k, cfg.dim))], axis=1)
@@ -83,21 +83,21 @@ class DFlashNet(nnx.Module):
     def body(carry, xs):
       x, ck, cv = carry
       p, layer = xs
-      _, kc, vc = _layers.project_qkv(cfg, p, feats, cos_c, sin_c)
+      _, kc, vc = layers.project_qkv(cfg, p, feats, cos_c, sin_c)
       ck = ck.at[layer, rows, ctx_pos].set(kc.astype(ck.dtype), mode="drop")
       cv = cv.at[layer, rows, ctx_pos].set(vc.astype(cv.dtype), mode="drop")
-      h = _layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
-      q, kb, vb = _layers.project_qkv(cfg, p, h, cos_b, sin_b)
+      h = layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
+      q, kb, vb = layers.project_qkv(cfg, p, h, cos_b, sin_b)
       keys = jnp.concatenate([ck[layer].astype(kb.dtype), kb], axis=1)  # [B, S + T, K, H]
       values = jnp.concatenate([cv[layer].astype(vb.dtype), vb], axis=1)
-      x = x + _layers.attn_out(cfg, p, _layers.attention(q, keys, values, mask))
-      x = x + _layers.mlp(cfg, p, x)
+      x = x + layers.attn_out(cfg, p, layers.attention(q, keys, values, mask))
+      x = x + layers.mlp(cfg, p, x)
       return (x, ck, cv), None
 
     layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
     (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v),
                                   (self.layers.params(), layer_ids))
-    out = _layers.rms_norm(x[:, 1:], self.final_norm[...], cfg.norm_eps)  # [B, K, D]
+    out = layers.rms_norm(x[:, 1:], self.final_norm[...], cfg.norm_eps)  # [B, K, D]
     return head.logits(out), KVCache(k=ck, v=cv, lengths=committed)
 
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from infernix_jax.models import _layers
+from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.drafters.base import DraftContext, OneHotQ, TargetHead, last_valid
 from infernix_jax.models.kv_cache import KVCache
@@ -43,8 +43,8 @@ class MTPHead(nnx.Module):
     """hidden [B, T, D] (state that predicted tokens), tokens [B, T] -> g [B, T, D], cache."""
     eps = self.cfg.norm_eps
     emb = jnp.take(head.embed, tokens, axis=0).astype(hidden.dtype)
-    fused = jnp.concatenate([_layers.rms_norm(hidden, self.hidden_norm[...], eps),
-                             _layers.rms_norm(emb, self.embed_norm[...], eps)], axis=-1)
+    fused = jnp.concatenate([layers.rms_norm(hidden, self.hidden_norm[...], eps),
+                             layers.rms_norm(emb, self.embed_norm[...], eps)], axis=-1)
     x = fused @ self.proj[...]  # [B, T, D]
     x, k, v = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v,
                             cache.lengths)
@@ -52,7 +52,7 @@ class MTPHead(nnx.Module):
 
   def logits(self, g: jax.Array, head: TargetHead) -> jax.Array:
     """g [..., D] -> f32 logits [..., Vm] through the target's LM head."""
-    return head.logits(_layers.rms_norm(g, self.final_norm[...], self.cfg.norm_eps))
+    return head.logits(layers.rms_norm(g, self.final_norm[...], self.cfg.norm_eps))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "k"), donate_argnames=("cache",))
