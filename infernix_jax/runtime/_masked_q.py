@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from infernix_jax import mask_layout
 from infernix_jax.pallas import DenseQ, OneHotQ, SparseQ
-from infernix_jax.pallas import _rng
+from infernix_jax.pallas import rng
 
 MASKED_Q_PURPOSE = 0x6D71  # "mq": the redraw stream (distinct from the target's draws)
 
@@ -71,7 +71,7 @@ def apply(q, mask, enabled, states, drafts, n_drafts, seed, position, vocab_size
   redraw = illegal.any(axis=1) & jnp.take_along_axis(use, first[:, None], axis=1)[:, 0]
   row = jnp.take_along_axis(new_probs, first[:, None, None], axis=1)[:, 0]  # [B, Vm | J]
   cdf = jnp.cumsum(row.astype(jnp.float32), axis=-1)
-  u = _rng.uniform(seed, position + first, MASKED_Q_PURPOSE)  # [B]
+  u = rng.uniform(seed, position + first, MASKED_Q_PURPOSE)  # [B]
   pick = jax.vmap(lambda c, x: jnp.searchsorted(c, x, side="right"))(cdf, u * cdf[:, -1])
   pick = jnp.minimum(pick, row.shape[-1] - 1).astype(jnp.int32)
   if isinstance(q, SparseQ):
