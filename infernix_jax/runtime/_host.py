@@ -70,8 +70,8 @@ class RoundHost:
     """Whether the lane's masks come from the device automaton (no host lookahead)."""
     if self.automata is None or lane is None or lane.session is None:
       return False
-    from infernix_jax.constrain.trie import TrieSession
-    return isinstance(lane.session, TrieSession)
+    from infernix_jax.constrain import backends
+    return bool(getattr(backends.get(lane.session.backend), "exports_automaton", False))
 
   def host_masked(self, lane: Lane | None) -> bool:
     """Whether the lane needs host lookahead masks this round."""

@@ -97,6 +97,9 @@ class ConstraintBackend(Protocol):
   """
 
   name: ClassVar[str]  # registry name: "xgrammar", "trie", "llguidance", ...
+  # Optional capability: True when its sessions' automaton can run on the device (the
+  # sessions then give `automaton_tables()` -> (automaton, node)); absent means False.
+  exports_automaton: ClassVar[bool]
 
   def check(self, constraint: Any) -> None:
     """Raises `UnsupportedConstraintError` (naming this backend and the construct) when the

@@ -21,6 +21,9 @@ class TrieBackend:
   """
 
   name: ClassVar[str] = "trie"
+  # Its sessions' automaton can run on the device (`runtime.device_automaton`): sessions
+  # give `automaton_tables()` and `node`.
+  exports_automaton: ClassVar[bool] = True
 
   def check(self, constraint: OutputConstraint) -> None:
     """Only a bare choice: other kinds and framed output raise UnsupportedConstraintError."""
