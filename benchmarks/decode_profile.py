@@ -45,7 +45,8 @@ def main() -> int:
   from infernix_jax import constrain as ic
   from infernix_jax import models as im
   from infernix_jax.models import unrolled
-  from infernix_jax.runtime import Engine, GenerationRequest, compile_cache
+  from infernix_jax.runtime import GenerationRequest, compile_cache
+  from infernix_jax.runtime.build import EngineSpec, Target, build_engine
 
   compile_cache.enable()
   cfg, model, source = im.load_default()
@@ -105,7 +106,8 @@ def main() -> int:
   h1 = jnp.ones((1, cfg.dim), jnp.float32)
 
   vocab = ic.Vocabulary.from_gguf(source)
-  engine = Engine(fast_model, vocab, None, lanes=1, capacity=args.capacity, cfg=cfg)
+  engine = build_engine(EngineSpec(drafter="none", lanes=1, capacity=args.capacity),
+                        target=Target(cfg=cfg, model=fast_model, vocab=vocab)).engine
   prompt = list(range(10, 40))
 
   def engine_round():

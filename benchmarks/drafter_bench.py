@@ -30,20 +30,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SPARSE_TEMPERATURE = 0.7
-# label -> (registry name, jump-forward, weights)
+SPARSE = {"temperature": SPARSE_TEMPERATURE}  # dflash2's top-16 sampling temperature
+# label -> (registry name, jump-forward, drafter options besides K)
 CONFIGS = {
-    "ngram": ("ngram", False, None),
-    "ngram+jump": ("ngram", True, None),
-    "mtp": ("mtp", False, None),
-    "mtp+jump": ("mtp", True, None),
-    "dflash": ("dflash", False, None),
-    "dflash+jump": ("dflash", True, None),
-    "dflash2": ("dflash2", False, None),
-    "dflash2+jump": ("dflash2", True, None),
-    "mtp untrained": ("mtp", False, "random"),
-    "dflash untrained": ("dflash", False, "random"),
+    "ngram": ("ngram", False, {}),
+    "ngram+jump": ("ngram", True, {}),
+    "mtp": ("mtp", False, {}),
+    "mtp+jump": ("mtp", True, {}),
+    "dflash": ("dflash", False, {}),
+    "dflash+jump": ("dflash", True, {}),
+    "dflash2": ("dflash2", False, SPARSE),
+    "dflash2+jump": ("dflash2", True, SPARSE),
+    "mtp untrained": ("mtp", False, {"weights": "random"}),
+    "dflash untrained": ("dflash", False, {"weights": "random"}),
 }
-SPEED_EXTRA = {"none": ("none", False, None), "jump": ("none", True, None)}
+SPEED_EXTRA = {"none": ("none", False, {}), "jump": ("jump", True, {})}
 
 
 def parse_args(argv=None):
@@ -102,13 +103,15 @@ def validation_prompts(compiler, n: int):
 
 
 def make_engine(target, label, k, *, lanes, masked_q=True):
-  from infernix_jax.runtime import Engine, drafters
-  cfg, model, tok, vocab, compiler = target
-  name, jump, weights = {**CONFIGS, **SPEED_EXTRA}[label]
-  drafter = drafters.create(name, k=k, jump_forward=jump, target=(cfg, model),
-                            weights=weights, temperature=SPARSE_TEMPERATURE)
-  return Engine(model, vocab, drafter, lanes=lanes, capacity=1024, compiler=compiler,
-                masked_q=masked_q, cfg=cfg)
+  from infernix_jax.runtime import drafters
+  from infernix_jax.runtime.build import EngineSpec, build_engine
+  loaded, compiler = target
+  name, jump, options = {**CONFIGS, **SPEED_EXTRA}[label]
+  if "k" in drafters.fields(name):
+    options = {"k": k, **options}
+  spec = EngineSpec(drafter=name, drafter_options=options, jump_forward=jump, lanes=lanes,
+                    capacity=1024, masked_q=masked_q)
+  return build_engine(spec, target=loaded, compiler=compiler).engine
 
 
 def drafting_costs(target, k: int, repeats: int = 20) -> dict:
@@ -124,16 +127,16 @@ def drafting_costs(target, k: int, repeats: int = 20) -> dict:
   from infernix_jax.models import drafters as md
   from infernix_jax.models.drafters import weights as dw
   from infernix_jax.models.kv_cache import KVCache
-  cfg, model = target[0], target[1]
+  cfg, model = target[0].cfg, target[0].model
   head = md.TargetHead.from_model(model)
   out = {}
   ctx = md.DraftContext(tokens=jnp.ones((1, 1), jnp.int32),
                         hidden=jnp.ones((1, 1, cfg.dim), jnp.float32),
                         counts=jnp.ones((1,), jnp.int32))
+  drafter_of = {"mtp": md.MTPDrafter, "block": md.DFlashDrafter}  # network kind -> drafter
   for kind in dw.KINDS:
     net = dw.load(dw.shipped_path(kind), kind, cfg, model.embed[...])
-    d = (md.MTPDrafter.create(net, head, k) if kind == "mtp"
-         else md.DFlashDrafter.create(net, head, k))
+    d = drafter_of[kind].create(net, head, k)
     state = d.init_state(1, 512)
 
     def propose(d=d, state=state):
@@ -173,8 +176,10 @@ def main(argv=None) -> int:
 
   compile_cache.enable()
   start = time.perf_counter()
-  target, model_id = corpus.load_target()
-  tok, compiler = target[2], target[4]
+  from infernix_jax import constrain as ic
+  loaded, model_id = corpus.load_target()
+  tok, compiler = loaded.tokenizer, ic.ConstraintCompiler(loaded.vocab)
+  target = (loaded, compiler)
   items = validation_prompts(compiler, args.prompts)
   print(f"# {model_id}; {len(items)} validation prompts; K {args.ks}; T {args.temperatures}",
         flush=True)
@@ -202,7 +207,7 @@ def main(argv=None) -> int:
                        "constrained": constrained, "masked_q": True, **r})
           print(f"{label:>18} K={k} T={temperature} {'json' if constrained else 'free'}: "
                 f"accepted length {r['accepted_length']:.3f} {r['per_position']}", flush=True)
-      if CONFIGS[label][0] == "dflash2":  # sampled q: the same runs without masked q
+      if engine.drafter.sampling:  # sampled q: the same runs without masked q
         engine = make_engine(target, label, k, lanes=args.lanes, masked_q=False)
         for temperature in args.temperatures:
           r = run(engine, constrained=True, temperature=temperature)

@@ -62,7 +62,7 @@ class Run:
 # --- workloads ------------------------------------------------------------------------------
 def workload_sets(args, tok, accepts) -> tuple[dict[str, list[Workload]], dict[str, int]]:
   """The workload sets; `accepts(schema)` returns None or why a schema is skipped."""
-  from infernix_jax.runtime import cli
+  from infernix_jax.cli import generate as cli
 
   def make(name, prompt, schema):
     text = cli.frame_prompt(tok, prompt)
@@ -192,15 +192,19 @@ class Peer:
 
 
 # --- ours -----------------------------------------------------------------------------------
-def make_drafter(label: str, k: int, target):
-  """`name` or `name+jump` from the registry; (drafter, None) or (None, why it cannot run)."""
+def make_engine(label: str, k: int, lanes: int, base, target, compiler):
+  """An engine of `name` or `name+jump` from the registry (the rest of `base`, an
+  EngineSpec); (engine, None) or (None, why it cannot run)."""
   from infernix_jax.runtime import drafters
+  from infernix_jax.runtime.build import build_engine
   name, _, wrap = label.partition("+")
   if name not in drafters.names() or wrap not in ("", "jump"):
     raise SystemExit(f"--drafters: {label!r} is not a registered drafter (with an optional "
                      f"'+jump'); registered: {', '.join(drafters.names())}")
+  spec = dataclasses.replace(base, drafter=name, jump_forward=bool(wrap), lanes=lanes,
+                             drafter_options={"k": k} if "k" in drafters.fields(name) else {})
   try:
-    return drafters.create(name, k=k, jump_forward=bool(wrap), target=target), None
+    return build_engine(spec, target=target, compiler=compiler).engine, None
   except ValueError as e:  # e.g. the draft model drafter without a draft model
     return None, f"n/a: needs a checkpoint ({str(e).partition(' (')[0]})"
 
@@ -300,7 +304,8 @@ def main(argv=None) -> int:
   from infernix_jax import constrain as ic
   from infernix_jax import models as im
   from infernix_jax.constrain.spec import DEFAULT_MAX_WHITESPACE
-  from infernix_jax.runtime import Engine, compile_cache, drafters
+  from infernix_jax.runtime import compile_cache, drafters
+  from infernix_jax.runtime.build import EngineSpec, load_target
 
   compile_cache.enable()
   env = environment(args)
@@ -308,11 +313,11 @@ def main(argv=None) -> int:
         f"load {env['load_average']:.1f}", flush=True)
   path = Path(args.model) if args.model else im.default_model_path()
   start = time.perf_counter()
-  cfg, model, source = im.load_gguf(path, dtype=args.dtype, layout=args.layout,
-                                    weights=args.weights)
-  tok = im.load_tokenizer(source)
-  vocab = ic.Vocabulary.from_gguf(source)
-  compiler = ic.ConstraintCompiler(vocab)
+  base = EngineSpec(model=str(path), dtype=args.dtype, layout=args.layout,
+                    weights=args.weights)
+  target = load_target(base)
+  cfg, model, tok = target.cfg, target.model, target.tokenizer
+  compiler = ic.ConstraintCompiler(target.vocab)
   print(f"# ours: {path.name} loaded in {time.perf_counter() - start:.1f} s "
         f"({cfg.dtype}, {args.layout} layout, {args.weights or cfg.dtype} layer weights)",
         flush=True)
@@ -395,22 +400,24 @@ def main(argv=None) -> int:
     systems = ["peer"]
   else:
     systems = []
+  base = dataclasses.replace(base, capacity=capacity)
   for label in labels:
-    drafter, why = make_drafter(label, args.k, (cfg, model))
-    if drafter is None:
+    first, why = make_engine(label, args.k, args.lanes[0], base, target, compiler)
+    if first is None:
       notes[label] = why
       print(f"{label}: {why}", flush=True)
       continue
     systems.append(label)
-    if drafter.on_device:
+    if first.drafter.on_device:
       notes[label] = "untrained network (random init): measures the drafting overhead"
-    engines = {}
+    engines, warm = {args.lanes[0]: first}, set()
 
-    def ours_fn(items, lanes, drafter=drafter, engines=engines):
+    def ours_fn(items, lanes, label=label, engines=engines, warm=warm):
       if lanes not in engines:
-        engines[lanes] = Engine(model, vocab, drafter, lanes=lanes, capacity=capacity,
-                                cfg=cfg, compiler=compiler)
+        engines[lanes] = make_engine(label, args.k, lanes, base, target, compiler)[0]
+      if lanes not in warm:
         warm_up(engines[lanes], every, constraint_of)
+        warm.add(lanes)
       return run_ours(engines[lanes], items, args.max_tokens, constraint_of)
     record(label, ours_fn)
     state.update(report(args, sets, runs, systems, notes, floor, tok, judge if peer else None))

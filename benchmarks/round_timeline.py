@@ -34,7 +34,7 @@ SCHEMA_FILES = ("o10082", "o21079", "o13839")
 def workloads(lanes: int):
   """(prompt, schema) pairs for `lanes` lanes: the main job's demo + three JSONSchemaBench
   Github_trivial schemas (those present), repeated in order."""
-  from infernix_jax.runtime.cli import DEMO_PROMPT, DEMO_SCHEMA
+  from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA
   items = [(DEMO_PROMPT, DEMO_SCHEMA)]
   for name in SCHEMA_FILES:
     path = DATA / f"{name}.json"
@@ -83,19 +83,18 @@ def main() -> int:
 
   import jax
   from infernix_jax import constrain as ic
-  from infernix_jax import models as im
-  from infernix_jax.runtime import Engine, GenerationRequest, Timeline, drafters
+  from infernix_jax.runtime import GenerationRequest, Timeline
+  from infernix_jax.runtime.build import EngineSpec, build_engine
 
-  cfg, model, source = im.load_default(layout=args.layout)
-  tok = im.load_tokenizer(source)
-  vocab = ic.Vocabulary.from_gguf(source)
+  built = build_engine(EngineSpec(layout=args.layout, drafter=args.drafter,
+                                  drafter_options={"k": args.k}, jump_forward=True,
+                                  lanes=args.lanes, capacity=1024))
+  engine, tok = built.engine, built.tokenizer
   items = workloads(args.lanes)
   prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}],
                                                 add_generation_prompt=True))
              for p, _ in items]
   specs = [ic.OutputConstraint.json_schema(s) for _, s in items]
-  drafter = drafters.create(args.drafter, k=args.k, jump_forward=True)
-  engine = Engine(model, vocab, drafter, lanes=args.lanes, capacity=1024, cfg=cfg)
 
   def requests(max_tokens=args.max_tokens):
     return [GenerationRequest(p, max_tokens=max_tokens, constraint=s)

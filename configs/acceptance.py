@@ -35,8 +35,11 @@ def base() -> ml_collections.ConfigDict:
   c.constrained = True
   c.backend = "auto"
   c.temperature = 0.0
-  c.drafter = ml_collections.ConfigDict(dict(name="ngram", k=4, jump_forward=False,
-                                             weights="", draft_sampling=False))
+  c.drafter = ml_collections.ConfigDict(dict(
+      name="ngram",         # a registered drafter (infernix_jax.drafters.names())
+      options={"k": 4},     # drafter options; each drafter takes its own fields of them
+      jump_forward=False))  # grammar jump-forward drafts (around "none": the jump drafter)
+  c.plugins = ()                  # modules imported first (they register drafters, backends)
   c.publish_dir = "docs/results/acceptance"
   return c
 
@@ -56,7 +59,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.title = "Acceptance under constraints: draft length K"
     g.drafter = ml_collections.ConfigDict()
     g.drafter.name = ("ngram", "mtp", "dflash")
-    g.drafter.k = (2, 4, 8)
+    g.drafter.options = ml_collections.ConfigDict()
+    g.drafter.options.k = (2, 4, 8)
     c.drafter.jump_forward = True
   elif variant == "backend":
     c.publish_dir = "docs/results/acceptance_backend"
@@ -74,7 +78,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.max_tokens = 6
     c.lanes = 2
     c.capacity = 256
-    c.drafter.weights = "random"
+    c.drafter.options.weights = "random"  # trained drafters untrained on the random target
     c.drafter.jump_forward = True
     c.publish_dir = ""
     g.constrained = (True, False)

@@ -12,13 +12,15 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "exactness"
   c.title = "Exactness: the acceptance rule vs the naive drop-illegal rule"
-  c.drafter = "counterexample/dense"
+  c.drafter = "counterexample/dense"  # a counter-example, or a registered drafter [/sampling]
+  # The engine cells' drafter options; each drafter takes its own fields (the draft model is a
+  # second tiny random model; "/sampling" samples its drafts).
+  c.drafter_options = ml_collections.ConfigDict({"k": 3, "n": 2, "weights": "random"})
   c.masked_q = True
   c.rule = "exact"
   c.samples = 4000           # engine requests per cell
   c.counter_samples = 100_000  # draws per counter-example cell
   c.max_tokens = 4
-  c.k = 3
   c.lanes = 64
   c.seed = 0
   c.alpha = 1e-3             # chi-square significance level of the verdicts

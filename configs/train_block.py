@@ -13,6 +13,7 @@ from configs import train_mtp
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = train_mtp.base()
   c.drafter = "block"
+  c.eval_drafter = "dflash"     # greedy block drafting (dflash2 shares the weights)
   c.layers = 2
   c.workdir = "runs/train_block"
   c.export = "infernix_jax/models/drafters/trained/smollm2-135m-instruct.block.safetensors"

@@ -11,7 +11,8 @@ import ml_collections
 def base() -> ml_collections.ConfigDict:
   """Fields shared by the drafter training runs."""
   c = ml_collections.ConfigDict()
-  c.drafter = "mtp"             # mtp | block
+  c.drafter = "mtp"             # network kind trained: mtp | block
+  c.eval_drafter = "mtp"        # registered drafter its evaluations draft with (takes weights)
   c.model = ""                  # target GGUF file ("" = the embedded SmolLM2-135M-Instruct;
   # "tiny-random" = a random 2-layer model with its vocabulary, for smoke runs)
   c.layers = 1                  # drafter depth (block drafter; the MTP head has one layer)

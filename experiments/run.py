@@ -4,9 +4,11 @@
       [--results_dir=results] [--shard=i/n] [--run_dir=DIR] [--noresume] [--publish]
 
 Writes results/<study>/<timestamp>/ (config.json, environment.json, runs.jsonl, summary.md,
-plots). A failed cell is recorded with its error and the sweep goes on; a rerun of the same
-config skips the cells already done. `--publish` also writes the summary and plots to the
-config's `publish_dir` (tracked reports are never overwritten otherwise).
+plots). A config's optional `plugins` (module names) are imported first: they register the
+drafters or backends its cells name. A failed cell is recorded with its error and the sweep
+goes on; a rerun of the same config skips the cells already done. `--publish` also writes the
+summary and plots to the config's `publish_dir` (tracked reports are never overwritten
+otherwise).
 """
 
 from __future__ import annotations
@@ -45,12 +47,19 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
   """Runs the study of `config` and returns its run directory.
 
   Raises:
-    ValueError: a bad config, grid or shard (before any cell runs).
+    ValueError: a bad config, grid or shard, or a plug-in module that does not import
+      (before any cell runs).
   """
+  from infernix_jax.errors import ParameterError
   from infernix_jax.progress import Progress
   from infernix_jax.runtime import compile_cache
+  from infernix_jax.runtime.build import load_plugins
 
   stream = stream or sys.stderr
+  try:  # a config's plug-ins register drafters or backends before its cells name them
+    load_plugins(tuple(config.get("plugins", ())))
+  except ParameterError as e:
+    raise ValueError(f"config.plugins: {e.message}") from None
   study = studies.get(config.study)
   all_cells = sweep.cells(config)
   i, n = sweep.parse_shard(shard) if shard else sweep.default_shard()

@@ -61,10 +61,10 @@ def match(text: str, labels) -> str | None:
 
 def run_cell(c, ctx) -> Iterator[dict]:
   from infernix_jax.runtime import GenerationRequest
-  from infernix_jax.runtime.cli import frame_prompt
+  from infernix_jax.cli.generate import frame_prompt
 
   target = _target(c, ctx)
-  cfg, model, tok, vocab, compiler = target
+  tok = target[0].tokenizer
   trie = c.mode == "trie"
   items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
                                 template=c.template, constrained=trie), c)
@@ -93,13 +93,14 @@ def run_cell(c, ctx) -> Iterator[dict]:
              "compile_s": res.constraint.compile_seconds if res.constraint else 0.0}
 
 
-def _engine(c, target):
-  from infernix_jax.runtime import Engine, drafters
+def _engine(c, loaded):
+  from infernix_jax.runtime.build import EngineSpec, build_engine
 
-  cfg, model, tok, vocab, compiler = target
+  target, compiler = loaded
   # Jump-forward drafts only forced label tokens: lossless, and greedy output is unchanged.
-  eng = Engine(model, vocab, drafters.create("jump", k=4), lanes=c.lanes, capacity=c.capacity,
-               compiler=compiler, cfg=cfg)
+  spec = EngineSpec(drafter="jump", drafter_options={"k": 4}, lanes=c.lanes,
+                    capacity=c.capacity)
+  eng = build_engine(spec, target=target, compiler=compiler).engine
   eng.warmup()
   return eng
 

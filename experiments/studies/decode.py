@@ -42,23 +42,67 @@ def units(c) -> int:
 
 
 def _target(c, ctx):
+  """(runtime.build.Target, ConstraintCompiler) of `c.model`, shared by consecutive cells."""
+  from infernix_jax import constrain as ic
   from infernix_jax.runtime import compile_cache
   from infernix_jax.train.corpus import load_target
 
+  def load():
+    target = load_target(c.model or None)[0]
+    return target, ic.ConstraintCompiler(target.vocab)
+
   compile_cache.enable()
-  return ctx.get("model", c.model, lambda: load_target(c.model or None)[0])
+  return ctx.get("model", c.model, load)
 
 
-def _engine(c, target):
-  from infernix_jax.runtime import Engine, drafters
+JUMP_ALONE = "jump"  # what jump-forward around a drafter that drafts nothing is
 
-  cfg, model, tok, vocab, compiler = target
+
+def drafter_options(name: str, pool, target=None) -> dict:
+  """The entries of `pool` that drafter `name` takes: one options dict serves a grid over
+  drafters, each taking its own fields (n-gram's n, the trained drafters' weights ...). A
+  draft model left unset drafts with the target itself (`target`, a Target).
+
+  Raises:
+    ParameterError("drafter_options.<field>"): a field no registered drafter has.
+  """
+  from infernix_jax.errors import ParameterError
+  from infernix_jax.runtime import drafters
+
+  pool = dict(pool)
+  every = {f for n in drafters.names() for f in drafters.fields(n)}
+  for key in pool:
+    if key not in every:
+      raise ParameterError(f"drafter_options.{key}", f"no registered drafter has an option "
+                           f"{key!r}; {name!r} takes {', '.join(drafters.fields(name)) or 'none'}")
+  own = drafters.fields(name)
+  if "model" in own and pool.get("model") is None and target is not None:
+    pool["model"] = (target.cfg, target.model)
+  return {k: v for k, v in pool.items() if k in own}
+
+
+def engine_spec(c, target=None):
+  """The `EngineSpec` of a cell: `c.drafter` (name, options, jump_forward) and the engine
+  fields. Jump-forward around a drafter that drafts nothing ("none") is the jump drafter."""
+  from infernix_jax.runtime import drafters
+  from infernix_jax.runtime.build import EngineSpec, load_plugins
+
+  load_plugins(tuple(c.get("plugins", ())))
   d = c.drafter
-  drafter = drafters.create(d.name, k=d.k, jump_forward=d.jump_forward, target=(cfg, model),
-                            draft_model=(cfg, model), weights=d.weights or None,
-                            draft_sampling=d.draft_sampling)
-  eng = Engine(model, vocab, drafter, lanes=c.lanes, capacity=c.capacity, bridge=c.bridge,
-               masked_q=c.masked_q, compiler=compiler, cfg=cfg)
+  name, jump = d.name, bool(d.jump_forward)
+  if jump and not drafters.entry(name).drafts:
+    name = JUMP_ALONE
+  return EngineSpec(drafter=name, drafter_options=drafter_options(name, d.options, target),
+                    jump_forward=jump, masked_q=c.masked_q, lanes=c.lanes,
+                    capacity=c.capacity, bridge=c.bridge,
+                    plugins=tuple(c.get("plugins", ())))
+
+
+def _engine(c, loaded):
+  from infernix_jax.runtime.build import build_engine
+
+  target, compiler = loaded
+  eng = build_engine(engine_spec(c, target), target=target, compiler=compiler).engine
   eng.warmup()
   return eng
 
@@ -69,17 +113,29 @@ def group(c) -> tuple:
 
 def _engine_key(c) -> tuple:
   d = c.drafter
-  return (c.model, d.name, d.k, d.jump_forward, d.weights, d.draft_sampling, c.masked_q,
-          c.bridge, c.lanes, c.capacity)
+  return (c.model, d.name, d.jump_forward, tuple(sorted(d.options.items())), c.masked_q,
+          c.bridge, c.lanes, c.capacity, tuple(c.get("plugins", ())))
+
+
+def drafter_record(d) -> dict:
+  """A request record's drafter: name, jump_forward and the options of the config."""
+  return {"name": d.name, "jump_forward": d.jump_forward, **d.options.to_dict()}
+
+
+def config_k(d) -> int:
+  """K of a config's drafter (its options' k; older configs held k beside the name)."""
+  if "options" in d:
+    return int(d.options.get("k", 0))
+  return int(d.get("k", 0))
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
   from infernix_jax.runtime import GenerationRequest, SamplingOptions
-  from infernix_jax.runtime.cli import frame_prompt
+  from infernix_jax.cli.generate import frame_prompt
 
-  target = _target(c, ctx)
-  cfg, model, tok, vocab, compiler = target
-  eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, target))
+  loaded = _target(c, ctx)
+  tok = loaded[0].tokenizer
+  eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, loaded))
   items = _items(c)
   reqs, kept = [], []
   for i, item in enumerate(items):
@@ -114,7 +170,7 @@ def run_cell(c, ctx) -> Iterator[dict]:
         "prompt_tokens": len(req.prompt_ids),
         "constraint": list(item.constraint) if req.constraint is not None else None,
         "sampling": {"temperature": c.temperature, "seed": req.sampling.seed},
-        "drafter": c.drafter.to_dict(), "masked_q": c.masked_q, "backend": c.backend,
+        "drafter": drafter_record(c.drafter), "masked_q": c.masked_q, "backend": c.backend,
         "tokens": len(res.token_ids), "text": res.text, "finish_reason": res.finish_reason.value,
         "error": res.error, "rounds": len(res.rounds), "accepted": res.accepted,
         "drafted": res.drafted, "accepted_length": res.accepted_length,
@@ -137,8 +193,8 @@ def label(ov: dict) -> str:
   """A short name of a cell from its overrides (drafter first)."""
   d = ov.get("drafter.name", "")
   parts = [d + ("+jump" if ov.get("drafter.jump_forward") else "")] if d else []
-  for key, name in (("drafter.k", "K"), ("temperature", "T"), ("backend", ""),
-                    ("bridge", ""), ("lanes", "lanes ")):
+  for key, name in (("drafter.options.k", "K"), ("drafter.k", "K"), ("temperature", "T"),
+                    ("backend", ""), ("bridge", ""), ("lanes", "lanes ")):
     if key in ov:
       parts.append(f"{name}{ov[key]}" if name else str(ov[key]))
   if "masked_q" in ov:
@@ -215,7 +271,8 @@ def summarize(records, c, out: Path) -> str:
     by_cell[r["cell"]].append(r)
   cells = list(dict.fromkeys(r["cell"] for r in records if r.get("kind") == "cell"))
   ov = {r["cell"]: r.get("overrides", {}) for r in records if r.get("kind") == "cell"}
-  k_max = max([c.drafter.k] + [int(o.get("drafter.k", 0)) for o in ov.values()])
+  k_max = max([config_k(c.drafter)] + [int(o.get("drafter.options.k", o.get("drafter.k", 0)))
+                                       for o in ov.values()])
   rows = []
   for cell in cells:
     rs, m = by_cell.get(cell, []), meas.get(cell, {})
@@ -273,12 +330,20 @@ def summarize(records, c, out: Path) -> str:
   return "\n".join(parts)
 
 
-SAMPLING_DRAFTERS = ("dflash2",)
+def samples(c) -> bool:
+  """Whether the cell's drafter samples its drafts (so a mask on q can matter): its options
+  say so (`sampling`), or it drafts at a `temperature` without such a switch."""
+  from infernix_jax.runtime import drafters
+
+  spec = engine_spec(c)
+  own = drafters.fields(spec.drafter)
+  if "sampling" in own:
+    return bool(spec.drafter_options.get("sampling", own["sampling"]))
+  return "temperature" in own
 
 
 def skip(c) -> str | None:
   """Cells that repeat another: masked q off differs only where a sampled q meets a mask."""
-  sampled = c.drafter.name in SAMPLING_DRAFTERS or c.drafter.draft_sampling
-  if not c.masked_q and not (sampled and c.constrained and c.temperature > 0):
+  if not c.masked_q and not (samples(c) and c.constrained and c.temperature > 0):
     return "masked q changes nothing here (one-hot q, greedy, or no constraint)"
   return None

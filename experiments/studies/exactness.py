@@ -45,16 +45,26 @@ def _tv(expected: dict, observed: collections.Counter, n: int) -> float:
   return 0.5 * sum(abs(expected.get(k, 0.0) - observed.get(k, 0) / n) for k in keys)
 
 
+def _k(c) -> int:
+  """K of the engine cells (older configs held it as `k`)."""
+  return int(c.drafter_options.k) if "drafter_options" in c else int(c.k)
+
+
 def _engine(c):
-  from infernix_jax.runtime import Engine, drafters
+  from infernix_jax.runtime.build import EngineSpec, Target, build_engine
   from infernix_jax.testing import exact_oracle as h
+
+  from experiments.studies.decode import drafter_options
 
   cfg, model = h.tiny_model()
   name, _, mode = c.drafter.partition("/")
-  drafter = drafters.create(name, k=c.k, target=(cfg, model), draft_model=h.tiny_model(seed=1),
-                            ngram_n=2, weights="random", draft_sampling=mode == "sampling")
-  return Engine(model, h.toy_vocab(), drafter, lanes=c.lanes, capacity=32, masked_q=c.masked_q,
-                acceptance=c.rule)
+  pool = {**c.drafter_options.to_dict(), "model": h.tiny_model(seed=1),
+          "sampling": mode == "sampling"}
+  spec = EngineSpec(drafter=name, drafter_options=drafter_options(name, pool),
+                    jump_forward=False, lanes=c.lanes, capacity=32, masked_q=c.masked_q,
+                    acceptance=c.rule)
+  return build_engine(spec, target=Target(cfg=cfg, model=model, vocab=h.toy_vocab(),
+                                          name="tiny")).engine
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
@@ -147,7 +157,7 @@ def summarize(records, c, out: Path) -> str:
       "distance between the empirical and the exact distribution. Counter-example cells run "
       "the acceptance reference on the design's a/b/x example; the others run the engine on "
       "the tiny random target (toy vocabulary, choice constraint "
-      f"{[x.decode() for x in CHOICES]}, T = 1, {c.max_tokens} tokens, K = {c.k}) against "
+      f"{[x.decode() for x in CHOICES]}, T = 1, {c.max_tokens} tokens, K = {_k(c)}) against "
       "FP64 enumeration of ordinary decoding.", "",
       plots.table(["drafter", "masked q", "rule", "samples", "p-value", "verdict",
                    "TV distance"], rows, "lllrrlr"), ""]

@@ -34,10 +34,10 @@ def units(c) -> int:
 
 def run_cell(c, ctx) -> Iterator[dict]:
   from infernix_jax.runtime import GenerationRequest
-  from infernix_jax.runtime.cli import frame_prompt
+  from infernix_jax.cli.generate import frame_prompt
 
   target = _target(c, ctx)
-  tok = target[2]
+  tok = target[0].tokenizer
   items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
                                 template=c.template, constrained=True), c)
   eng = ctx.get("engine", (c.model, c.lanes, c.capacity), lambda: _engine(c, target))

@@ -64,30 +64,27 @@ TINY_RANDOM = "tiny-random"
 
 
 def load_target(path=None, layout: str = "unrolled"):
-  """The frozen target: (cfg, model, tok, vocab, compiler) and its identity string.
+  """The frozen target (a `runtime.build.Target`) and its identity string.
 
   Args:
-    path: a GGUF file; None: the embedded SmolLM2-135M-Instruct; "tiny-random": a random
-      two-layer model with the embedded model's vocabulary and tokenizer (smoke runs: the
-      whole pipeline in seconds, nothing learnable).
+    path: a model source (`models.load_model`); None: the embedded SmolLM2-135M-Instruct;
+      "tiny-random": a random two-layer model with the embedded model's vocabulary and
+      tokenizer (smoke runs: the whole pipeline in seconds, nothing learnable).
     layout: the model layout (unrolled decodes fastest on CPU).
   """
-  from infernix_jax import constrain as ic
   from infernix_jax import models as im
-  default = im.default_model_path()
+  from infernix_jax.runtime import build
   if path == TINY_RANDOM:
-    source = default
+    source = im.default_model_path()
     cfg = im.ModelConfig(vocab_size=49152, dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
                          head_dim=16, ffn_dim=128, tie_embeddings=True)
-    model = im.Transformer(cfg, rngs=nnx.Rngs(0))
-    name = TINY_RANDOM
+    target = build.Target(cfg=cfg, model=im.Transformer(cfg, rngs=nnx.Rngs(0)),
+                          vocab=build.vocabulary(source), tokenizer=im.load_tokenizer(source),
+                          source=source, name=TINY_RANDOM)
   else:
-    path = Path(path) if path else default
-    cfg, model, source = im.load_gguf(path, layout=layout)
-    name = path.name
-  tok = im.load_tokenizer(source)
-  vocab = ic.Vocabulary.from_gguf(source)
-  return (cfg, model, tok, vocab, ic.ConstraintCompiler(vocab)), model_identity(name, cfg)
+    target = build.load_target(build.EngineSpec(model=str(path) if path else None,
+                                                layout=layout))
+  return target, model_identity(target.name, target.cfg)
 
 
 def model_identity(name, cfg) -> str:
@@ -117,33 +114,35 @@ def constraint_of(p: Prompt):
 
 def framed_ids(tok, prompt: Prompt) -> list[int]:
   """The prompt as the CLI's --chat feeds it: the chat template with the assistant header."""
-  from infernix_jax.runtime import cli
+  from infernix_jax.cli import generate as cli
   return list(tok.encode(cli.frame_prompt(tok, prompt.text)))
 
 
 def generate(target, prompts: Sequence[Prompt], *, seed: int, lanes: int = 4,
-             capacity: int = 1024, log=sys.stderr) -> tuple[list[Record], dict]:
+             capacity: int = 1024, compiler=None, log=sys.stderr
+             ) -> tuple[list[Record], dict]:
   """Generates one continuation per prompt through the engine, all submitted at once
   (continuous batching). The drafter is grammar jump-forward alone: on this compute-bound
   CPU every verified token counts, and forced tokens are the only drafts never rejected.
 
   Args:
-    target: (cfg, model, tok, vocab, compiler) of the frozen target.
+    target: the frozen target (`runtime.build.Target`).
     prompts: the mix.
     seed: sampling seed (item i samples with seed + i).
     lanes: engine lanes; capacity: per-lane KV capacity (longer prompts are skipped).
+    compiler: a `constrain.ConstraintCompiler` of the target's vocabulary to share (None: a
+      new one).
 
   Returns:
     (records, skipped {reason: count}).
   """
   from infernix_jax import constrain as ic
   from infernix_jax.progress import Progress
-  from infernix_jax.runtime import (Engine, GenerationRequest, SamplingOptions, compile_cache,
-                                    drafters)
-  compile_cache.enable()
-  cfg, model, tok, vocab, compiler = target
-  engine = Engine(model, vocab, drafters.create("none", k=4, jump_forward=True),
-                  lanes=lanes, capacity=capacity, compiler=compiler, cfg=cfg)
+  from infernix_jax.runtime import GenerationRequest, SamplingOptions
+  from infernix_jax.runtime.build import EngineSpec, build_engine
+  built = build_engine(EngineSpec(drafter="jump", drafter_options={"k": 4}, lanes=lanes,
+                                  capacity=capacity), target=target, compiler=compiler)
+  engine, tok, vocab, compiler = built.engine, target.tokenizer, target.vocab, built.compiler
   skipped: dict[str, int] = {}
 
   def skip(why):
@@ -205,8 +204,8 @@ def load(path: Path) -> tuple[list[Record], dict]:
 
 
 def build_corpus(target, model_id: str, prompts: Sequence[Prompt], *, seed: int,
-                 lanes: int = 4, root: Path | None = None, log=sys.stderr):
-  """The cached corpus of (model, prompts, seed), generated on first use.
+                 lanes: int = 4, root: Path | None = None, compiler=None, log=sys.stderr):
+  """The cached corpus of (model, prompts, seed), generated on first use (`generate`).
 
   Returns:
     (records, meta, directory).
@@ -218,7 +217,8 @@ def build_corpus(target, model_id: str, prompts: Sequence[Prompt], *, seed: int,
     print(f"corpus: cached {directory} ({len(records)} sequences)", file=log, flush=True)
     return records, meta, directory
   start = time.perf_counter()
-  records, skipped = generate(target, prompts, seed=seed, lanes=lanes, log=log)
+  records, skipped = generate(target, prompts, seed=seed, lanes=lanes, compiler=compiler,
+                              log=log)
   meta = {"model": model_id, "seed": seed, "prompts": len(prompts), "skipped": skipped,
           "seconds": round(time.perf_counter() - start, 1),
           "continuation_tokens": sum(len(r.ids) - r.prompt_len for r in records)}

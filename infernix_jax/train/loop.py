@@ -91,19 +91,38 @@ class Sampler:
     return Batch(*(jnp.asarray(x) for x in (ids, hid, n, p_len, anchors, ok)))
 
 
+def check(c) -> None:
+  """Checks the config's drafter fields before any work starts.
+
+  Raises:
+    ValueError: `drafter` is not a network kind, or `eval_drafter` is not a registered drafter
+      that takes trained weights (the message names the field).
+  """
+  from infernix_jax.errors import ParameterError
+  from infernix_jax.models.drafters import weights as dw
+  from infernix_jax.runtime import drafters
+  if c.drafter not in dw.KINDS:
+    raise ValueError(f"config.drafter={c.drafter!r} must be one of {', '.join(dw.KINDS)}")
+  try:
+    takes_weights = "weights" in drafters.fields(c.eval_drafter)
+  except ParameterError as e:
+    raise ValueError(f"config.eval_drafter: {e.message}") from None
+  if not takes_weights:
+    raise ValueError(f"config.eval_drafter={c.eval_drafter!r} takes no trained weights (its "
+                     f"options: {', '.join(drafters.fields(c.eval_drafter)) or 'none'}); "
+                     f"name a drafter with a weights option")
+
+
 def make_net(c, cfg, model):
   """A fresh drafter network; its layers start from the target's last layers if asked."""
   from flax import nnx
 
-  from infernix_jax.models import drafters as md
   from infernix_jax.models import unrolled
-  rngs = nnx.Rngs(c.seed)
-  if c.drafter == "mtp":
-    net = md.MTPHead(cfg, rngs=rngs)
-  elif c.drafter == "block":
-    net = md.DFlashNet(cfg.replace(num_layers=c.layers), cfg.dim, rngs=rngs)
-  else:
-    raise ValueError(f"config.drafter={c.drafter!r} must be 'mtp' or 'block'")
+  from infernix_jax.models.drafters import weights as dw
+  check(c)
+  # The layer dims are the target's at the drafter's depth (MTP is always one layer).
+  net = dw.new_network(c.drafter, cfg.replace(num_layers=c.layers), cfg.dim,
+                       rngs=nnx.Rngs(c.seed))
   if c.init_from_target:
     stacked = (model.layers.stacked_params(cfg) if unrolled.layout_of(model) == "unrolled"
                else model.layers.params())
@@ -161,16 +180,16 @@ def with_params(net, params):
   return nnx.merge(graphdef, state)
 
 
-def evaluate(c, target, net, val_prompts) -> dict:
-  """Accepted length at c.k, T = 0, on the constrained validation prompts."""
-  from infernix_jax.runtime import Engine, drafters
+def evaluate(c, target, net, val_prompts, *, compiler=None) -> dict:
+  """Accepted length at c.k, T = 0, on the constrained validation prompts: the network `net`
+  drafts through the drafter `c.eval_drafter` (a `runtime.build.Target` is the target)."""
+  from infernix_jax.runtime.build import EngineSpec, build_engine
   from infernix_jax.train import evaluate as ev
-  cfg, model, tok, vocab, compiler = target
-  name = "mtp" if c.drafter == "mtp" else "dflash"
-  drafter = drafters.create(name, k=c.k, target=(cfg, model), weights=net)
-  engine = Engine(model, vocab, drafter, lanes=c.eval_lanes, capacity=c.eval_capacity,
-                  compiler=compiler, cfg=cfg)
-  acc = ev.acceptance(engine, tok, val_prompts, max_tokens=c.eval_max_tokens, warm=False)
+  check(c)
+  spec = EngineSpec(drafter=c.eval_drafter, drafter_options={"k": c.k, "weights": net},
+                    jump_forward=False, lanes=c.eval_lanes, capacity=c.eval_capacity)
+  engine = build_engine(spec, target=target, compiler=compiler).engine
+  acc = ev.acceptance(engine, target.tokenizer, val_prompts, max_tokens=c.eval_max_tokens, warm=False)
   return {"accepted_length": round(acc.accepted_length, 4),
           "per_position": [round(x, 4) for x in acc.per_position], "rounds": acc.rounds}
 
@@ -181,11 +200,14 @@ def train(c, log=sys.stderr) -> dict:
   import orbax.checkpoint as ocp
   from flax import nnx
 
+  from infernix_jax import constrain as ic
   from infernix_jax.models import drafters as md
   from infernix_jax.models.drafters import weights as dw
   t_start = time.perf_counter()
+  check(c)
   target, model_id = corpus.load_target(c.model or None)
-  cfg, model = target[0], target[1]
+  cfg, model = target.cfg, target.model
+  compiler = ic.ConstraintCompiler(target.vocab)  # the corpus and every evaluation share it
   train_mix = prompts.prompt_mix(dict(c.train_mix), "train")
   if c.corpus_max_tokens:
     train_mix = [dataclasses.replace(p, max_tokens=min(p.max_tokens, c.corpus_max_tokens))
@@ -194,7 +216,7 @@ def train(c, log=sys.stderr) -> dict:
              if p.constraint is not None]
   records, corpus_meta, directory = corpus.build_corpus(
       target, model_id, train_mix, seed=c.seed, lanes=c.corpus_lanes,
-      root=Path(c.cache_dir) if c.cache_dir else None, log=log)
+      root=Path(c.cache_dir) if c.cache_dir else None, compiler=compiler, log=log)
   hidden = corpus.teacher_hidden(cfg, model, records, directory, log=log)
   sampler = Sampler(records, hidden, seqs=c.batch_sequences, anchors=c.anchors, seed=c.seed,
                     prompt_share=c.prompt_anchor_share)
@@ -245,7 +267,7 @@ def train(c, log=sys.stderr) -> dict:
       window = []
     bar.update(done, loss=loss, top1=float(metrics["top1"][0]))
     if c.eval_every and (done % c.eval_every == 0 or done == c.steps) and val_mix:
-      result = evaluate(c, target, with_params(net, params), val_mix)
+      result = evaluate(c, target, with_params(net, params), val_mix, compiler=compiler)
       history["evals"].append({"step": done, **result})
       print(f"\ntrain: eval at step {done}: accepted length {result['accepted_length']:.3f} "
             f"per position {result['per_position']}", file=log, flush=True)

@@ -27,9 +27,10 @@ def engine(name: str, bridge: str = "stages", device_automaton: bool = False) ->
   cfg, model = h.tiny_model()
   base, sampling = name.removesuffix("/sampling"), name.endswith("/sampling")
   jump, base = base.startswith("jump+"), base.removeprefix("jump+")
-  drafter = drafters.create(base, k=K, target=(cfg, model), draft_model=h.tiny_model(seed=1),
-                            ngram_n=2, weights="random", jump_forward=jump,
-                            draft_sampling=sampling) if name != "none" else None
+  pool = dict(k=K, model=h.tiny_model(seed=1), n=2, weights="random", sampling=sampling)
+  opts = {f: v for f, v in pool.items() if f in drafters.fields(base)}
+  drafter = drafters.create(base, opts, target=(cfg, model),
+                            jump_forward=jump) if name != "none" else None
   return Engine(model, h.toy_vocab(), drafter, lanes=LANES, capacity=32, bridge=bridge,
                 device_automaton=device_automaton)
 

@@ -58,8 +58,8 @@ def test_refusals_name_the_file_and_the_models(tmp_path):
 @pytest.mark.parametrize("name", ["mtp", "dflash", "dflash2"])
 def test_registry_default_refuses_a_target_without_shipped_weights(name):
   with pytest.raises(dw.DrafterWeightsError, match="SmolLM2-135M-Instruct"):
-    drafters.create(name, k=2, target=_target(0))
-  d = drafters.create(name, k=2, target=_target(0), weights="random")  # explicit opt-in
+    drafters.create(name, {"k": 2}, target=_target(0))
+  d = drafters.create(name, {"k": 2, "weights": "random"}, target=_target(0))  # explicit opt-in
   assert d.k == 2
 
 
@@ -68,5 +68,5 @@ def test_registry_loads_a_weights_file(tmp_path):
   net = dr.DFlashNet(cfg.replace(num_layers=2), cfg.dim, rngs=nnx.Rngs(3))
   path = dw.save(tmp_path / "b.safetensors", net, kind="block", target_cfg=cfg,
                  target_embed=model.embed[...], target_name="tiny")
-  d = drafters.create("dflash2", k=3, target=(cfg, model), weights=str(path))
+  d = drafters.create("dflash2", {"k": 3, "weights": str(path)}, target=(cfg, model))
   assert d.net.cfg.num_layers == 2 and d.net.sparse

@@ -25,7 +25,7 @@ def embedded():
 def _sequence(cfg, model, tok):
   """A validation chat prompt + the target's greedy continuation, and its hidden states."""
   from infernix_jax import models as im
-  from infernix_jax.runtime import cli
+  from infernix_jax.cli import generate as cli
   question = ('Answer as JSON following this schema: {"type": "object", "properties": '
               '{"city": {"type": "string"}, "population": {"type": "integer"}, "country": '
               '{"type": "string"}}, "required": ["city", "population", "country"]}')
@@ -61,8 +61,7 @@ def test_shipped_weights_load_and_beat_an_untrained_head(embedded, kind):
                                      anchors, 1)
     return float(np.mean(np.argmax(np.asarray(logits[:, 0]), -1) == target_next))
 
-  rand = (dr.MTPHead(cfg, rngs=nnx.Rngs(0)) if kind == "mtp"
-          else dr.DFlashNet(net.cfg, cfg.dim, rngs=nnx.Rngs(0)))
+  rand = dw.new_network(kind, net.cfg, cfg.dim, rngs=nnx.Rngs(0))
   trained, untrained = agreement(net), agreement(rand)
   assert trained >= 0.25 and trained > untrained + 0.2, (trained, untrained)
 
@@ -73,7 +72,7 @@ def test_registry_loads_the_shipped_weights_by_default(embedded):
   shipped = {kind: dw.load(dw.shipped_path(kind), kind, cfg, model.embed[...])
              for kind in dw.KINDS}
   for name, kind in (("mtp", "mtp"), ("dflash", "block"), ("dflash2", "block")):
-    d = drafters.create(name, k=4, target=(cfg, model))
+    d = drafters.create(name, {"k": 4}, target=(cfg, model))
     want = nnx.to_pure_dict(nnx.state(shipped[kind], nnx.Param))
     got = nnx.to_pure_dict(nnx.state(nnx.merge(d.net.graphdef, d.net.state), nnx.Param))
     np.testing.assert_array_equal(np.asarray(got["final_norm"]), np.asarray(want["final_norm"]))

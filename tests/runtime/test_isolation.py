@@ -33,8 +33,9 @@ def poisoned_model():
 @functools.lru_cache(maxsize=None)
 def engine(bridge: str, name: str = "ngram") -> Engine:
   cfg, model = poisoned_model()
-  d = drafters.create(name, k=K, ngram_n=2, target=h.tiny_model(), jump_forward=True,
-                      weights="random")
+  opts = {f: v for f, v in dict(k=K, n=2, weights="random").items()
+          if f in drafters.fields(name)}
+  d = drafters.create(name, opts, target=h.tiny_model(), jump_forward=True)
   return Engine(model, h.toy_vocab(), d, lanes=LANES, capacity=32, bridge=bridge)
 
 
@@ -115,7 +116,7 @@ def test_device_drafter_holds_what_was_committed():
   """After every round the draft model's pending context is exactly the tokens the lane
   committed, including rounds where masked q redrew a draft (no phantom bonus token)."""
   cfg, model = h.tiny_model()
-  d = drafters.create("draft", k=K, draft_model=h.tiny_model(seed=1), draft_sampling=True,
+  d = drafters.create("draft", {"k": K, "model": h.tiny_model(seed=1), "sampling": True},
                       target=(cfg, model))
   eng = Engine(model, h.toy_vocab(), d, lanes=1, capacity=32)
   redraws = 0
@@ -129,7 +130,7 @@ def test_device_drafter_holds_what_was_committed():
       if lane is None:
         break
       out = lane.output
-      st = eng._dev.dstate
+      st = eng._round_state.draft
       n = int(st.counts[0])
       assert np.asarray(st.tokens[0, :n]).tolist() == out[before:], (seed, out, before)
       before = len(out)
@@ -153,7 +154,7 @@ def test_only_drafts_cross_to_the_host(bridge, monkeypatch):
 
   monkeypatch.setattr(_round.HostSteps, "masks", spy)
   cfg, model = h.tiny_model()
-  d = drafters.create("dflash2", k=K, target=(cfg, model), weights="random")
+  d = drafters.create("dflash2", {"k": K, "weights": "random"}, target=(cfg, model))
   eng = Engine(model, h.toy_vocab(), d, lanes=LANES, capacity=32, bridge=bridge)
   free = [GenerationRequest(PROMPT, max_tokens=4, sampling=SamplingOptions(1.0, seed=s))
           for s in range(LANES)]

@@ -41,19 +41,20 @@ _SCRIPT = textwrap.dedent("""
                                 sampling=SamplingOptions(temperature=float(i >= 4), seed=i))
               for i in range(len(specs))]  # the last two sample at T = 1 (same seeds)
 
-    opts = dict(k=3, target=(cfg, model), draft_model=h.tiny_model(seed=1), ngram_n=2,
-                weights="random")
+    pool = dict(k=3, model=h.tiny_model(seed=1), n=2, weights="random")
     for name in drafters.names():
+      opts = {f: v for f, v in pool.items() if f in drafters.fields(name)}
       outs = []
       runs = [(None, "stages"), (mesh, "stages")] + [(mesh, "callback")] * (name == "none")
       for m, bridge in runs:
-        eng = Engine(model, vocab, drafters.create(name, **opts), lanes=4, capacity=32, mesh=m,
-                     bridge=bridge)
+        eng = Engine(model, vocab, drafters.create(name, opts, target=(cfg, model)), lanes=4,
+                     capacity=32, mesh=m, bridge=bridge)
         results = eng.generate(requests())
         assert not [r.error for r in results if r.error], (name, m)
         outs.append([(tuple(r.token_ids), r.drafted, r.accepted) for r in results])
         if m is not None and eng.drafter.on_device:  # the drafter's KV cache: lanes on "data"
-          assert eng._dev.dstate.cache.k.sharding.spec[1] == "data", (name, eng._dev.dstate)
+          draft = eng._round_state.draft
+          assert draft.cache.k.sharding.spec[1] == "data", (name, draft)
       assert all(o == outs[0] for o in outs), (name, outs)  # same tokens, same acceptance
       constrained = [outs[0][i][0] for i, s in enumerate(specs) if s is not None]
       assert all(bytes().join(vocab.token_bytes[t] for t in o) in (b"abc", b"ab", b"ba1",
@@ -61,7 +62,8 @@ _SCRIPT = textwrap.dedent("""
       print(name, outs[0], flush=True)
     q = eng.state["layers"]["q"][...]
     assert q.sharding.spec == P(None, None, "model"), q.sharding  # tensor parallel
-    assert eng._dev.cache.k.sharding.spec[1] == "data", eng._dev.cache.k.sharding  # lanes
+    cache = eng._round_state.cache
+    assert cache.k.sharding.spec[1] == "data", cache.k.sharding  # lanes
     print("MESH_OK")
 """)
 

@@ -58,7 +58,7 @@ def test_backends_give_the_same_greedy_tokens():
   from infernix_jax import models as im
   from infernix_jax.constrain import backends
   from infernix_jax.runtime import Engine, GenerationRequest, drafters
-  from infernix_jax.runtime.cli import DEMO_PROMPT, DEMO_SCHEMA
+  from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA
 
   cfg, model, source = im.load_default()
   tok = im.load_tokenizer(source)
@@ -69,7 +69,7 @@ def test_backends_give_the_same_greedy_tokens():
   prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}]))
              for p, _ in items]
   specs = [ic.OutputConstraint.json_schema(s) for _, s in items]
-  drafter = drafters.create("ngram", k=4, jump_forward=True)
+  drafter = drafters.create("ngram", {"k": 4}, jump_forward=True)
   runs = {}
   for bridge in ("stages", "callback"):
     engine = Engine(model, vocab, drafter, lanes=len(items), capacity=320, cfg=cfg,

@@ -51,10 +51,10 @@ def _drafter(name: str):
           "jump+ngram": lambda: JumpForward(k=K, inner=NGramDrafter(k=K, n=2)),
           # The target as its own draft model: every draft is accepted, so a window that
           # crosses the budget would overshoot it unless the extent is clipped.
-          "draft-self": lambda: drafters.create("draft", k=K, draft_model=(cfg, model),
+          "draft-self": lambda: drafters.create("draft", {"k": K, "model": (cfg, model)},
                                                 target=(cfg, model)),
-          "mtp+jump": lambda: drafters.create("mtp", k=K, target=(cfg, model),
-                                              jump_forward=True, weights="random"),
+          "mtp+jump": lambda: drafters.create("mtp", {"k": K, "weights": "random"},
+                                              target=(cfg, model), jump_forward=True),
           }[name]()
 
 

@@ -60,6 +60,6 @@ def test_smoke_run_trains_resumes_and_exports(embedded, tmp_path, name):
   assert dw.summary(out)["steps"] == c.steps
   target, model_id = corpus.load_target(c.model)
   assert dw.summary(out)["target"] == model_id
-  d = drafters.create("mtp", k=2, target=(target[0], target[1]), weights=str(out))
+  d = drafters.create("mtp", {"k": 2, "weights": str(out)}, target=(target.cfg, target.model))
   assert d.k == 2
   assert again["history"]["segments"] == [{"from_step": 4, "to_step": 6}]

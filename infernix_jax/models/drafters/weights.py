@@ -20,7 +20,20 @@ from typing import Any
 import numpy as np
 
 FORMAT = "infernix-drafter-v1"
-KINDS = ("mtp", "block")
+
+def _mtp(cfg, feature_dim, rngs):
+  from infernix_jax.models.drafters.mtp import MTPHead
+  return MTPHead(cfg, rngs=rngs)
+
+
+def _block(cfg, feature_dim, rngs):
+  from infernix_jax.models.drafters.dflash import DFlashNet
+  return DFlashNet(cfg, feature_dim, rngs=rngs)
+
+
+# Network kind -> (layer cfg, F target features read, nnx.Rngs) -> an untrained network.
+NETWORKS = {"mtp": _mtp, "block": _block}
+KINDS = tuple(NETWORKS)
 SHIPPED = Path(__file__).resolve().parent / "trained"
 EMBEDDED_STEM = "smollm2-135m-instruct"
 
@@ -32,6 +45,18 @@ class DrafterWeightsError(ValueError):
 def shipped_path(kind: str) -> Path:
   """The shipped weights of `kind` for the embedded model."""
   return SHIPPED / f"{EMBEDDED_STEM}.{kind}.safetensors"
+
+
+def new_network(kind: str, cfg, feature_dim: int, *, rngs):
+  """An untrained network of `kind` (`KINDS`): `cfg` its layer dims, `feature_dim` (F) the
+  width of the target features it reads (the block drafter's `fc`; MTP reads D).
+
+  Raises:
+    ValueError: an unknown kind (the message lists them).
+  """
+  if kind not in NETWORKS:
+    raise ValueError(f"drafter network kind {kind!r} must be one of {', '.join(KINDS)}")
+  return NETWORKS[kind](cfg, feature_dim, rngs)
 
 
 def target_fingerprint(embed) -> str:
@@ -61,7 +86,8 @@ def save(path, module, *, kind: str, target_cfg, target_embed, target_name: str,
           for k, v in flatten_dict(params, sep=".").items()}
   meta = {"format": FORMAT, "kind": kind, "config": json.dumps(dataclasses.asdict(module.cfg)),
           # F, the width of the target features the block drafter reads ([F, D] `fc`)
-          "feature_dim": str(module.fc[...].shape[0] if kind == "block" else target_cfg.dim),
+          "feature_dim": str(module.fc[...].shape[0] if hasattr(module, "fc")
+                             else target_cfg.dim),
           "target": target_name, "target_dims": _dims(target_cfg),
           "target_fingerprint": target_fingerprint(target_embed),
           "extra": json.dumps(extra or {})}
@@ -109,8 +135,6 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
   from safetensors.numpy import load_file
 
   from infernix_jax.models.config import ModelConfig
-  from infernix_jax.models.drafters.dflash import DFlashNet
-  from infernix_jax.models.drafters.mtp import MTPHead
   path = Path(path)
   if not path.is_file():
     raise DrafterWeightsError(f"no {kind} drafter weights at {path} (expected weights "
@@ -125,11 +149,8 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
         f"fingerprint {meta['target_fingerprint']}), not for {expected} "
         f"({_dims(target_cfg)}, fingerprint {target_fingerprint(target_embed)})")
   cfg = ModelConfig(**json.loads(meta["config"])).replace(dtype=target_cfg.dtype)
-  if kind == "mtp":
-    build = lambda: MTPHead(cfg, rngs=nnx.Rngs(0))  # noqa: E731
-  else:
-    build = lambda: DFlashNet(cfg, int(meta["feature_dim"]), rngs=nnx.Rngs(0))  # noqa: E731
-  graphdef, abstract = nnx.split(nnx.eval_shape(build))
+  graphdef, abstract = nnx.split(nnx.eval_shape(
+      lambda: new_network(kind, cfg, int(meta["feature_dim"]), rngs=nnx.Rngs(0))))
   flat = {k: np.asarray(v, np.float32).astype(cfg.jnp_dtype) for k, v in load_file(str(path)).items()}
   want = flatten_dict(nnx.to_pure_dict(abstract), sep=".")
   if set(flat) != set(want) or any(flat[k].shape != want[k].shape for k in want):
