@@ -2,7 +2,7 @@
 
 Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, W mask words.
 
-`RoundHost` is the one owner of host lane state: waiting requests, lanes, committed KV
+`HostState` is the one owner of host lane state: waiting requests, lanes, committed KV
 lengths and anchors, finished results (the drafter's state, host or device, lives in the
 round's `RoundState`). The round (`_round.run_round`) calls its steps `begin` -> `masks` ->
 `commit`; the engine calls `admit`, the forced-close steps and `retire`. A row whose session, stream callback or numerics fail ends alone with a typed
@@ -25,7 +25,7 @@ from infernix_jax.runtime.errors import (ConstraintDeadEnd, GenerationError, Non
 from infernix_jax.runtime.types import FinishReason, GenerationResult, RoundStat
 
 
-class RoundHost:
+class HostState:
   """Host state of B lanes and the host steps of each round.
 
   Args:

@@ -245,12 +245,12 @@ def finish_compiles_with_proposal(drafter) -> bool:
   return bool(drafter.on_device)
 
 
-class HostSteps:
-  """The host steps of a round over a `RoundHost`, as flat tuples of numpy arrays; on the
+class HostCallbacks:
+  """The host steps of a round over a `HostState`, as flat tuples of numpy arrays; on the
   callback bridge it also holds a host drafter's state while a compiled loop runs."""
 
   def __init__(self):
-    self.host = None  # the RoundHost of the engine running now (set before each call)
+    self.host = None  # the HostState of the engine running now (set before each call)
     self.stop_when = None  # callable() -> bool: leave the compiled loop after this round
     self.drafter = None  # the host drafter proposing inside a compiled loop
     self.draft_state = None  # its state during that loop
@@ -319,7 +319,7 @@ class Timeline:
 class StagesIO:
   """Executes the round in Python: host steps directly, device steps as jitted stages."""
 
-  def __init__(self, steps: HostSteps, timeline: Timeline | None = None, placement=None):
+  def __init__(self, steps: HostCallbacks, timeline: Timeline | None = None, placement=None):
     self.steps, self.timeline, self.placement = steps, timeline, placement
 
   def span(self, lengths, p, cache):
@@ -434,7 +434,7 @@ class StagesIO:
 class CallbackIO:
   """Traces the round: host steps through `io_callback`, device steps inline."""
 
-  def __init__(self, steps: HostSteps, shapes: dict):
+  def __init__(self, steps: HostCallbacks, shapes: dict):
     self.steps, self.shapes = steps, shapes
 
   def span(self, lengths, p, cache):
@@ -525,7 +525,7 @@ _CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before 
 def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
                timeline: Timeline | None = None) -> RoundState:
   """One round on the `stages` bridge (spans recorded into `timeline` when given)."""
-  steps = HostSteps()
+  steps = HostCallbacks()
   steps.host, steps.seed = host, np.asarray(args.seed)
   rs, _ = run_round(StagesIO(steps, timeline, st.placement), rs, args, None, st)
   if timeline is not None:
@@ -541,7 +541,7 @@ def run_callback(host, rs: RoundState, args: RoundArgs, st: RoundStatics, rounds
   key = (st.lanes, st.drafter.k, st.words)
   io = _CALLBACK_IO.get(key)
   if io is None:
-    io = _CALLBACK_IO[key] = CallbackIO(HostSteps(), _shapes(*key))
+    io = _CALLBACK_IO[key] = CallbackIO(HostCallbacks(), _shapes(*key))
   steps = io.steps
   steps.host, steps.seed, steps.stop_when = host, np.asarray(args.seed), stop_when
   on_host = not st.drafter.on_device

@@ -1,6 +1,6 @@
 """Thinking budget: which rows are still reasoning, and the forced close they receive.
 
-The close itself is one engine step (`Engine._forced_closes`, `RoundHost.preview_closes` /
+The close itself is one engine step (`Engine._forced_closes`, `HostState.preview_closes` /
 `commit_closes`).
 """
 

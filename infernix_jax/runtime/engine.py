@@ -14,8 +14,8 @@ import jax
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import _deps, _round, _thinking, stages
-from infernix_jax.runtime._host import RoundHost
+from infernix_jax.runtime import _deps, _round, _thinking, prefill
+from infernix_jax.runtime._host import HostState
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
 from infernix_jax.runtime._session import build_session
@@ -93,7 +93,7 @@ class Engine:
     spec = DrafterSpec(lanes=lanes, capacity=capacity, dim=self.cfg.dim,
                        dtype=self.cfg.jnp_dtype)
     self.device_automaton = device_automaton
-    self.host = RoundHost(lanes, self.drafter, vocab, device_automaton=device_automaton)
+    self.host = HostState(lanes, self.drafter, vocab, device_automaton=device_automaton)
     self.host.vm = self.cfg.vocab_size
     # faithful.LawCache of exact-finite laws (None: created by the first non-local request);
     # engines may share one (laws depend on the target, constraint, prompt and T only)
@@ -307,21 +307,21 @@ class Engine:
     hidden = None
     cache = self._round_state.cache
     rows = sorted(admitted)
-    width = stages.bucket(len(rows), minimum=1)  # R: admitted lanes, padded to a power of two
+    width = prefill.bucket(len(rows), minimum=1)  # R: admitted lanes, padded to a power of two
     if longest > 0 and width < self.b and self._place.mesh is None:
       # Compute only the admitted rows (a prompt joining a busy batch is not run B times).
       rows += [rows[-1]] * (width - len(rows))  # padding repeats a row with its own tokens
-      tokens = np.zeros((width, stages.bucket(longest)), np.int32)  # [R, T]
+      tokens = np.zeros((width, prefill.bucket(longest)), np.int32)  # [R, T]
       counts = np.zeros((width,), np.int32)
       for i, b in enumerate(rows):
         p = admitted[b]
         tokens[i, :len(p) - 1] = p[:-1]
         counts[i] = len(p) - 1
-      hidden, cache = stages.append_rows(self.graphdef, self.state, cache,
+      hidden, cache = prefill.append_rows(self.graphdef, self.state, cache,
                                          np.asarray(rows, np.int32), tokens, counts,
                                          lanes=self.b)
     elif longest > 0:
-      tokens = np.zeros((self.b, stages.bucket(longest)), np.int32)  # [B, T]
+      tokens = np.zeros((self.b, prefill.bucket(longest)), np.int32)  # [B, T]
       counts = np.zeros((self.b,), np.int32)
       for b, p in admitted.items():
         tokens[b, :len(p) - 1] = p[:-1]
@@ -329,7 +329,7 @@ class Engine:
       start = self.host.lengths.copy()
       start[list(admitted)] = 0
       start, tokens, counts = self._place.rows((start, tokens, counts))
-      hidden, cache = stages.append_tokens(self.graphdef, self.state, cache.with_lengths(start),
+      hidden, cache = prefill.append_tokens(self.graphdef, self.state, cache.with_lengths(start),
                                            tokens, counts)
     self._round_state = _round.extend_drafter(
         self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), admitted,
@@ -349,14 +349,14 @@ class Engine:
     if not rows:
       return
     longest = max(len(c) for c in rows.values())
-    tokens = np.zeros((self.b, stages.bucket(longest)), np.int32)  # [B, T]
+    tokens = np.zeros((self.b, prefill.bucket(longest)), np.int32)  # [B, T]
     counts = np.zeros((self.b,), np.int32)
     for b, close in rows.items():
       seq = [int(host.anchor[b])] + close[:-1]
       tokens[b, :len(seq)] = seq
       counts[b] = len(seq)
     lengths, tokens, counts = self._place.rows((host.lengths, tokens, counts))
-    hidden, cache = stages.append_tokens(self.graphdef, self.state,
+    hidden, cache = prefill.append_tokens(self.graphdef, self.state,
                                          self._round_state.cache.with_lengths(lengths), tokens,
                                          counts)
     self._round_state = _round.extend_drafter(
@@ -391,7 +391,7 @@ class Engine:
         cols["pp"][i], cols["fp"][i] = s.presence_penalty, s.frequency_penalty
         top_k[i], seed[i] = s.top_k, s.seed
         longest = max(longest, len(lane.output))
-      h = stages.bucket(longest) if penalties else 0
+      h = prefill.bucket(longest) if penalties else 0
       hist = -np.ones((b, h), np.int32)
       if penalties:
         for i, lane in enumerate(self.host.lanes):

@@ -296,15 +296,15 @@ def test_lanes_admitted_one_by_one_keep_greedy_tokens(name, monkeypatch):
   """More requests than lanes, finishing at different times: each admission prefills only the
   lanes it fills (the drafter's features for them too) and every request still yields
   ordinary greedy's tokens."""
-  from infernix_jax.runtime import stages
+  from infernix_jax.runtime import prefill
   calls = []
-  real = stages.append_rows
+  real = prefill.append_rows
 
   def spy(*args, **kwargs):
     calls.append(len(args[3]))
     return real(*args, **kwargs)
 
-  monkeypatch.setattr(stages, "append_rows", spy)
+  monkeypatch.setattr(prefill, "append_rows", spy)
   cfg, model = h.tiny_model()
   eng = Engine(model, h.toy_vocab(), VARIANTS[name], lanes=4, capacity=32)
   cases = [(i % len(PROMPTS), (None, BACKENDS[0])[i % 2], 2 + i % 5) for i in range(10)]

@@ -93,7 +93,7 @@ class NetDrafter(Drafter):
 
   def extend(self, params, state, rows, hidden, reset):
     """See `Drafter.extend`: flushes pending + tokens[:-1] into the cache; tokens[-1] pends."""
-    from infernix_jax.runtime import stages
+    from infernix_jax.runtime import prefill
     tok_p, hid_p, cnt_p = jax.device_get((state.tokens, state.hidden, state.counts))
     hid = None if hidden is None else np.asarray(jax.device_get(hidden)).astype(hid_p.dtype)
     b, p = tok_p.shape
@@ -124,7 +124,7 @@ class NetDrafter(Drafter):
       cache = cache.with_lengths(jnp.where(jnp.asarray(lanes), 0, cache.lengths))
     longest = max((len(t) for t, _ in feeds.values()), default=0)
     if longest:
-      width = stages.bucket(longest)
+      width = prefill.bucket(longest)
       tokens = np.zeros((b, width), np.int32)  # [B, C]
       feats = np.zeros((b, width, d), hid_p.dtype)  # [B, C, D]
       counts = np.zeros((b,), np.int32)
@@ -137,9 +137,9 @@ class NetDrafter(Drafter):
                     counts=jnp.asarray(new_cnt))
 
   def clear(self, state, rows):
-    from infernix_jax.runtime import stages
+    from infernix_jax.runtime import prefill
     rows = jnp.asarray(rows)
-    return dataclasses.replace(state, cache=stages.clear_rows(state.cache, rows),
+    return dataclasses.replace(state, cache=prefill.clear_rows(state.cache, rows),
                                hidden=jnp.where(rows[:, None, None], 0, state.hidden))
 
 
