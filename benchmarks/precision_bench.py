@@ -35,7 +35,7 @@ VARIANTS = (("stacked", "float32"), ("unrolled", "float32"), ("unrolled", "bfloa
 
 def prompts(tok, n: int) -> list[list[int]]:
   """The main job's chat prompt, then n - 1 held-in JSONSchemaBench prompts (sorted names)."""
-  from infernix_jax.runtime.cli import DEMO_PROMPT
+  from infernix_jax.cli.generate import DEMO_PROMPT
   texts = [DEMO_PROMPT]
   folder = DATA / "jsonschemabench/data/Github_easy"
   for path in sorted(folder.glob("*.json"))[:max(0, n - 1)] if folder.exists() else []:
