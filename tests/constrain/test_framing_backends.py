@@ -128,7 +128,7 @@ def test_framing_backend_errors(qwen3_vocab):
   assert e.value.backend == "trie" and "trie" in str(e.value)
   with pytest.raises(ValueError, match="known backends"):
     fr.prepare_for_request(qwen3_vocab, [0], tools=tools, backend="nope")
-  with pytest.raises(ic.FeatureConflictError):  # framing applies to whole grammars only
+  with pytest.raises(ic.UnsupportedConstraintError):  # framing applies to whole grammars only
     ic.ConstraintCompiler(qwen3_vocab).compile(
         ic.OutputConstraint.json_object().with_framing("qwen"), backend="llguidance")
   default = fr.prepare_for_request(qwen3_vocab, [0], tools=tools)

@@ -21,6 +21,9 @@ class TrieBackend:
   """
 
   name: ClassVar[str] = "trie"
+  # Its sessions' masks may come from a device-resident automaton: `TrieSession.
+  # automaton_tables()` gives the tables (``export_tables``) and the session's node.
+  exports_automaton: ClassVar[bool] = True
 
   def check(self, constraint: OutputConstraint) -> None:
     """Only a bare choice: other kinds and framed output raise UnsupportedConstraintError."""
