@@ -74,8 +74,8 @@ def test_greedy_call_is_the_same_on_xgrammar_and_llguidance():
                           tools=[WEATHER], tool_choice="required")
   ids = tok.encode(prompt)
   engine = Engine(model, vocab, JumpForward(k=4, inner=NGramDrafter(k=4)), lanes=2,
-                  capacity=-(-(len(ids) + 60) // 64) * 64, cfg=cfg)
-  results = engine.generate([GenerationRequest(ids, max_tokens=48, tools=[WEATHER],
+                  capacity=-(-(len(ids) + 110) // 64) * 64, cfg=cfg)
+  results = engine.generate([GenerationRequest(ids, max_tokens=96, tools=[WEATHER],
                                                tool_choice="required", backend=backend)
                              for backend in (None, "llguidance")])
   for r in results:
