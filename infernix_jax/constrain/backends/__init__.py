@@ -122,9 +122,9 @@ def exports_automaton(session: Any) -> bool:
   """Whether ``session``'s masks may come from a device automaton instead of host lookahead.
 
   True when the backend that opened it declares ``exports_automaton`` (the trie); such a
-  session has ``automaton_tables() -> (automaton, node)`` (``automaton.export_tables()``
-  gives the numpy tables of `runtime.device_automaton`, ``node`` its committed state), and
-  the ``automaton`` / ``node`` attributes. False for None, framed and unnamed sessions.
+  session has ``automaton_tables() -> (automaton, node)`` (the host `TrieAutomaton`, whose
+  numpy tables ``trie.tables.export(automaton)`` gives `runtime.device_automaton`, and the
+  session's node), and the ``automaton`` / ``node`` attributes. False for None, framed and unnamed sessions.
   """
   name = getattr(session, "backend", None)
   if not isinstance(name, str) or name not in _REGISTRY:

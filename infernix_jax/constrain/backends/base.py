@@ -151,8 +151,9 @@ class ConstraintBackend(Protocol):
 
   name: ClassVar[str]  # registry name: "xgrammar", "trie", "llguidance", ...
   # Optional capability (default False): its sessions' masks may come from a device-resident
-  # automaton; such sessions have ``automaton_tables() -> (automaton, node)`` (the host tables,
-  # whose ``export_tables()`` the runtime uploads, and the committed node). The runtime asks
+  # automaton; such sessions have ``automaton_tables() -> (automaton, node)`` (the host
+  # automaton, whose numpy tables ``trie.tables.export`` builds for the device, and the
+  # session's node). The runtime asks
   # `backends.exports_automaton(session)`.
   exports_automaton: ClassVar[bool]
 
