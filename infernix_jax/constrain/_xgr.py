@@ -32,7 +32,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from infernix_jax.constrain.session import check_buffer  # noqa: F401  (re-exported)
+from infernix_jax.constrain._masks import check_buffer  # noqa: F401  (re-exported)
 
 _BLOCKED = ("torch", "transformers")
 

@@ -44,7 +44,6 @@ mask first (the last lookahead's legal chain is not checked twice).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Mapping, Sequence
 
@@ -52,61 +51,15 @@ import numpy as np
 
 from infernix_jax import mask_layout
 from infernix_jax.constrain import _utf8
+from infernix_jax.constrain._forced import ForcedTokens
+from infernix_jax.constrain._masks import check_buffer, probe_words
+from infernix_jax.constrain._masks import count_nonzero as _count_nonzero
 from infernix_jax.constrain.errors import PrefixError
-from infernix_jax.constrain.vocab import ORDINARY
 
 READY, DEAD_END, UNREACHABLE = mask_layout.READY, mask_layout.DEAD_END, mask_layout.UNREACHABLE
 _INT32 = np.dtype(np.int32)
 # lookahead's states templates: _FILLERS[K] is int8 [K+1] all UNREACHABLE (copied per call).
 _FILLERS = tuple(np.full(k + 1, UNREACHABLE, np.int8) for k in range(33))
-try:  # numpy's C count: ``np.count_nonzero`` adds ~0.6 us of Python dispatch to a ~0.8 us count
-  from numpy._core.multiarray import count_nonzero as _count_nonzero
-except ImportError:
-  _count_nonzero = np.count_nonzero
-
-
-def check_buffer(buf: np.ndarray, words: int) -> None:
-  """Raises ValueError unless ``buf`` is a C-contiguous writable int32 numpy array [..., W]."""
-  if (type(buf) is np.ndarray and buf.dtype is _INT32 and buf.flags.carray
-      and buf.shape[-1] == words):
-    return  # the common buffer: four cheap tests (the ones below also accept subclasses)
-  if not isinstance(buf, np.ndarray):
-    raise ValueError(f"mask buffer must be a numpy array, got {type(buf).__name__}")
-  if buf.dtype != np.int32 or not buf.flags.c_contiguous or not buf.flags.writeable:
-    raise ValueError(f"mask buffer must be C-contiguous writable int32, got {buf.dtype} "
-                     f"contiguous={buf.flags.c_contiguous} writeable={buf.flags.writeable}")
-  if buf.shape[-1] != words:
-    raise ValueError(f"mask buffer last axis {buf.shape[-1]} must be W={words}")
-
-
-def _probe_words(vocab) -> tuple[int, ...]:
-  """Up to three mask words an emptiness test reads before counting the whole mask: the
-  words holding the most single-byte printable-ASCII tokens (punctuation, digits, letters),
-  one of which is legal in most states of a text grammar (Qwen3: words 0..2)."""
-
-  def build():
-    counts = collections.Counter(
-        i >> 5 for i, b in enumerate(vocab.token_bytes)
-        if len(b) == 1 and 0x21 <= b[0] <= 0x7E and vocab.token_class[i] == ORDINARY)
-    return tuple(sorted(word for word, _ in counts.most_common(3)))
-
-  return vocab.lazy("constrain.probe_words", build)
-
-
-def ordinary_table(vocab) -> tuple[dict[bytes, int], int]:
-  """bytes -> smallest id of the ordinary token spelling them, and the longest spelling
-  (per vocabulary, built once): the greedy tokenizer of jump-forward bytes."""
-
-  def build():
-    table: dict[bytes, int] = {}
-    cls = vocab.token_class
-    for i in range(vocab.size - 1, -1, -1):
-      b = vocab.token_bytes[i]
-      if cls[i] == ORDINARY and b:
-        table[b] = i
-    return table, max((len(b) for b in table), default=1)
-
-  return vocab.lazy("constrain.ordinary_table", build)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +80,7 @@ class PreviewResult:
   dead_end: bool
 
 
-class MatcherSession:
+class MatcherSession(ForcedTokens):
   """One request's constraint state over one backend `Matcher` (never shared). Not
   thread-safe: one caller. Backends subclass it only to build their matcher and name
   themselves (``backend``); open sessions through `CompiledConstraint.new_session`.
@@ -195,7 +148,7 @@ class MatcherSession:
     # the ones that do not (0: none).
     self._last_keep = (1 << (self._v & 31)) - 1 if self._v & 31 else None
     self._spare_bits = ~self._last_keep if self._last_keep is not None else 0
-    self._probe = _probe_words(self.vocab)
+    self._probe = probe_words(self.vocab)
     self.tokens_committed = 0
     if isinstance(prefix, str):
       prefix = prefix.encode("utf-8")
@@ -572,100 +525,6 @@ class MatcherSession:
       self.tokens_committed -= n
       self._cache_frontier(None)
       self._known = ()
-
-  # --- jump-forward ----------------------------------------------------------------------------
-
-  def forced_tokens(self, max_n: int) -> list[int]:
-    """Tokens the grammar forces next, for jump-forward drafting (may be ``[]``).
-
-    Method: the matcher's native forced tokens where it has them (``forced_hint``), cut to
-    the prefix whose tokens the masks allow; else its forced bytes (``forced_bytes``: the
-    longest byte string every legal continuation starts with) tokenised greedily by the
-    longest ordinary token whose bytes prefix the remaining forced bytes and that the matcher
-    accepts. Only whole tokens inside the forced string are proposed, so each is legal; which
-    tokenisation the target prefers is left to verification (the drafts are one-hot and
-    verified, so output stays exact). Never proposes EOS. No persistent side effect. When the
-    forced bytes end inside a UTF-8 sequence (``forced_bytes`` gives None) the fallback is a
-    single-legal-token walk (accept while exactly one non-EOS token is legal).
-    """
-    if max_n <= 0 or self._pending is not None or self._is_terminated():
-      return []
-    hint = getattr(self.matcher, "forced_hint", None)
-    if hint is not None:
-      return self._legal_hint(hint(max_n)[:max_n])
-    data = self.matcher.forced_bytes()
-    if data is None:
-      return self._single_legal_walk(max_n)
-    if not data:
-      return []
-    table, longest = ordinary_table(self.vocab)
-    tab, u8 = self._utf8, self._u8
-    out: list[int] = []
-    pos = 0
-    try:
-      while pos < len(data) and len(out) < max_n:
-        for n in range(min(longest, len(data) - pos), 0, -1):
-          t = table.get(data[pos:pos + n])
-          if t is not None and (tab is None or tab.ok(u8, t)) and self._accept_token(t):
-            out.append(t)
-            u8 = self._next_u8(u8, t)
-            pos += n
-            break
-        else:
-          break
-    finally:
-      if out:
-        self._rollback(len(out))
-    return out
-
-  def _legal_hint(self, toks: Sequence[int]) -> list[int]:
-    """The prefix of ``toks`` (no EOS, no id >= V) each of whose tokens the mask of the state
-    before it allows (accepted, then rolled back)."""
-    buf = self._scratch
-    u8 = self._u8
-    out: list[int] = []
-    try:
-      for t in toks:
-        t = int(t)
-        if t in self._eos_set or not 0 <= t < self._v:
-          break
-        if out:
-          self._fill(buf, 0, u8)
-          words = buf
-        else:
-          words = self._frontier_mask()
-        if not (words.item(0, t >> 5) >> (t & 31)) & 1 or not self._accept_token(t):
-          break
-        out.append(t)
-        u8 = self._next_u8(u8, t)
-    finally:
-      if out:
-        self._rollback(len(out))
-    return out
-
-  def _single_legal_walk(self, max_n: int) -> list[int]:
-    """Tokens accepted while the legal set is exactly one non-EOS token (then rolled back)."""
-    buf = np.zeros((1, self._w), np.int32)
-    u8 = self._u8
-    out: list[int] = []
-    try:
-      while len(out) < max_n and not self._is_terminated():
-        self._fill(buf, 0, u8)
-        nz = np.flatnonzero(buf[0])
-        if len(nz) != 1:
-          break
-        word = int(buf[0, nz[0]]) & 0xFFFFFFFF
-        if word & (word - 1):
-          break
-        t = int(nz[0]) * 32 + word.bit_length() - 1
-        if t in self._eos_set or not self._accept_token(t):
-          break
-        out.append(t)
-        u8 = self._next_u8(u8, t)
-    finally:
-      if out:
-        self._rollback(len(out))
-    return out
 
   # --- continuation ----------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ class HostState:
     if self.automata is None or lane is None or lane.session is None:
       return False
     from infernix_jax.constrain import backends
-    return bool(getattr(backends.get(lane.session.backend), "exports_automaton", False))
+    return backends.exports_automaton(lane.session)
 
   def host_masked(self, lane: Lane | None) -> bool:
     """Whether the lane needs host lookahead masks this round."""

@@ -125,10 +125,11 @@ def test_framing_backend_errors(qwen3_vocab):
   tools = fr.parse_tools([WEATHER])
   with pytest.raises(ic.UnsupportedConstraintError) as e:
     fr.prepare_for_request(qwen3_vocab, [0], tools=tools, backend="trie")
-  assert e.value.backend == "trie" and "trie" in str(e.value)
+  assert e.value.backend == "trie" and e.value.construct == "framed output"
+  assert "xgrammar or llguidance" in str(e.value)
   with pytest.raises(ValueError, match="known backends"):
     fr.prepare_for_request(qwen3_vocab, [0], tools=tools, backend="nope")
-  with pytest.raises(ic.FeatureConflictError):  # framing applies to whole grammars only
+  with pytest.raises(ic.UnsupportedConstraintError):  # framing applies to whole grammars only
     ic.ConstraintCompiler(qwen3_vocab).compile(
         ic.OutputConstraint.json_object().with_framing("qwen"), backend="llguidance")
   default = fr.prepare_for_request(qwen3_vocab, [0], tools=tools)

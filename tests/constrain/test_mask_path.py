@@ -17,7 +17,7 @@ import pytest
 from infernix_jax import constrain as ic
 from infernix_jax import mask_layout
 from infernix_jax.constrain import _utf8, _xgr
-from infernix_jax.constrain.session import _probe_words
+from infernix_jax.constrain._masks import probe_words
 from infernix_jax.mask_layout import DEAD_END, READY, UNREACHABLE
 from tests.constrain.conftest import TOY_EOS, toy_vocab
 
@@ -187,7 +187,7 @@ def test_preview_flags_follow_the_corrected_mask(walked):
 
 def test_probe_words_then_a_full_count(qwen3_vocab):
   """A legal set without single-byte ASCII tokens (the probe words) is still Ready."""
-  assert _probe_words(qwen3_vocab) == (0, 1, 2)
+  assert probe_words(qwen3_vocab) == (0, 1, 2)
   compiled = ic.ConstraintCompiler(qwen3_vocab).compile(
       ic.OutputConstraint.choice(["日本", "中文"]), backend="xgrammar")
   w = qwen3_vocab.mask_words

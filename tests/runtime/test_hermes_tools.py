@@ -56,3 +56,35 @@ def test_required_call_on_smollm2_validates_and_streams():
   first = "".join(e.fragment for e in stream if isinstance(e, fr.ToolCallDelta) and e.index == 0)
   assert first == out.tool_calls[0].arguments_json
   assert isinstance(stream[0], fr.ToolCallStart) and stream[0].name == "get_weather"
+
+
+def test_greedy_call_is_the_same_on_xgrammar_and_llguidance():
+  """The Hermes framing compiles on the request's backend: a greedy speculative tool call on
+  SmolLM2 commits the same tokens (and decodes the same call) on xgrammar and llguidance."""
+  from infernix_jax import constrain as ic
+  from infernix_jax import models as im
+  from infernix_jax.constrain import framing as fr
+  from infernix_jax.runtime import Engine, GenerationRequest, JumpForward, NGramDrafter
+
+  cfg, model, source = im.load_default()
+  tok = im.load_tokenizer(source)
+  vocab = ic.Vocabulary.from_gguf(source)
+  prompt = fr.render_chat(source, vocab, [{"role": "user", "content": "Weather in Paris for "
+                                                                      "three days?"}],
+                          tools=[WEATHER], tool_choice="required")
+  ids = tok.encode(prompt)
+  engine = Engine(model, vocab, JumpForward(k=4, inner=NGramDrafter(k=4)), lanes=2,
+                  capacity=-(-(len(ids) + 110) // 64) * 64, cfg=cfg)
+  results = engine.generate([GenerationRequest(ids, max_tokens=96, tools=[WEATHER],
+                                               tool_choice="required", backend=backend)
+                             for backend in (None, "llguidance")])
+  for r in results:
+    assert r.error is None, r.error
+  xgr, llg = results
+  assert xgr.token_ids == llg.token_ids and xgr.constraint.terminated
+  prepared = fr.prepare_for_request(vocab, ids, tools=[WEATHER], tool_choice="required",
+                                    backend="llguidance")
+  assert prepared.compiled.grammar.backend == "llguidance"
+  calls = [fr.decode_output(prepared, r.token_ids, terminated=r.constraint.terminated).tool_calls
+           for r in results]
+  assert calls[0] == calls[1] and calls[0][0].name == "get_weather"

@@ -5,8 +5,9 @@
   backend = backends.get("trie")   # a ConstraintBackend (imported on first use)
   backends.resolve(constraint)     # the name that compiles it ("auto" routed)
 
-Adding a backend: one module implementing `ConstraintBackend` / `ConstraintSession`
-(`backends/base.py`) plus one `register(...)` line at the bottom of this file. Entries given
+Adding a backend: one module implementing `ConstraintBackend` and the `Matcher` primitives
+(`backends/base.py`; its sessions are `constrain.session.MatcherSession`s over them, which
+write the transactions once) plus one `register(...)` line at the bottom of this file. Entries given
 as ``"module:Class"`` are imported on first `get`, so importing the package never loads a
 matcher library (nor what it imports).
 """
@@ -18,7 +19,7 @@ import threading
 from typing import Any
 
 from infernix_jax.constrain.backends.base import (BuildResult, ConstraintBackend,
-                                                  ConstraintSession, fill_rows)
+                                                  ConstraintSession, Matcher, fill_rows)
 
 AUTO = "auto"  # the routing policy name (not a backend): see `resolve`
 
@@ -117,6 +118,21 @@ def resolve(constraint: Any, backend: str | None = None) -> str:
   return "xgrammar"
 
 
+def exports_automaton(session: Any) -> bool:
+  """Whether ``session``'s masks may come from a device automaton instead of host lookahead.
+
+  True when the backend that opened it declares ``exports_automaton`` (the trie); such a
+  session has ``automaton_tables() -> (automaton, node)`` (the host `TrieAutomaton`, whose
+  numpy tables ``trie.tables.export(automaton)`` gives `runtime.device_automaton`, and the
+  session's node), and the ``automaton`` / ``node`` attributes. False for None, framed and unnamed sessions.
+  """
+  name = getattr(session, "backend", None)
+  if not isinstance(name, str) or name not in _REGISTRY:
+    return False
+  return bool(getattr(get(name), "exports_automaton", False)) and hasattr(
+      session, "automaton_tables")
+
+
 def _is_large_choice(constraint: Any) -> bool:
   from infernix_jax.constrain.trie.dispatch import threshold
 
@@ -132,8 +148,9 @@ def _is_large_choice(constraint: Any) -> bool:
     return False
 
 
-__all__ = ["AUTO", "BuildResult", "ConstraintBackend", "ConstraintSession", "fill_rows", "get",
-           "names", "register", "requested", "resolve", "route_key"]
+__all__ = ["AUTO", "BuildResult", "ConstraintBackend", "ConstraintSession", "Matcher",
+           "exports_automaton", "fill_rows", "get", "names", "register", "requested", "resolve",
+           "route_key"]
 
 register("infernix_jax.constrain.backends.xgrammar:XGrammarBackend", name="xgrammar")
 register("infernix_jax.constrain.backends.trie:TrieBackend", name="trie")

@@ -5,8 +5,13 @@ words.
 
 A backend turns an `OutputConstraint` into an immutable compiled object (shared by every
 session of that constraint, cached by `ConstraintCompiler`) and opens sessions on it. A session
-is one request's matcher with the transactions of DESIGN.md section 4. The runtime sees only
-these two protocols; it never asks which library sits behind them.
+is one request's matcher with the transactions of DESIGN.md section 4. A backend implements
+only the `Matcher` primitives (fill the next mask, accept one token, roll back, terminated /
+completed, the continuation prefix, optional hints); `constrain.session.MatcherSession`
+writes lookahead, preview, commit, discard, rollback, jump-forward, the flags, the mask cache
+and the strict UTF-8 filter once over them (after vLLM's structured_output backend_types).
+The runtime sees only `ConstraintBackend` and `ConstraintSession`; it never asks which
+library sits behind them, only for capabilities (``exports_automaton``).
 """
 
 from __future__ import annotations
@@ -37,12 +42,60 @@ class BuildResult:
   dropped: tuple[tuple[str, str], ...] = ()
 
 
+class Matcher(Protocol):
+  """One request's matcher state: the primitives a `MatcherSession` is written over.
+
+  Every call sees the state after all tokens accepted so far (the session's lookahead and
+  preview accept temporarily and roll back). Optional members are looked up with getattr.
+
+  Capabilities (class attributes):
+    strict_utf8: the masks admit strict UTF-8 only already (the session adds no filter).
+    exact_accept: ``accept(t)`` succeeds exactly when t's mask bit is set (else the session
+      checks previewed and jump-forward tokens against the mask first).
+    eos_marks_complete (optional, default False): an EOS bit is set in the mask exactly when
+      the output may end (preview then reads ``complete`` from its mask).
+  """
+
+  strict_utf8: ClassVar[bool]
+  exact_accept: ClassVar[bool]
+
+  def fill(self, out: np.ndarray, row: int) -> None:
+    """The current legal set into ``out[row]`` (C-contiguous int32 [N, W], checked by the
+    session); bits of ids >= V may be set (the session clears them). May raise RuntimeError
+    once EOS was accepted."""
+
+  def accept(self, token: int) -> bool:
+    """Accepts one token (EOS included) and returns True, or refuses it (False, unchanged)."""
+
+  def rollback(self, n: int) -> None:
+    """Undoes the last ``n`` accepted tokens (an accepted EOS counts as one)."""
+
+  def is_terminated(self) -> bool:
+    """EOS was accepted."""
+
+  def is_completed(self) -> bool:
+    """The output may end now (before the session's UTF-8 check)."""
+
+  def accept_prefix(self, data: bytes) -> int:
+    """Accepts the continuation bytes at the start of the output; returns ``len(data)``, or
+    the offset of the first byte no output of the constraint allows there."""
+
+  # Optional (getattr): forced_bytes() -> bytes | None (jump-forward bytes, None when they
+  # end inside a character: the session then walks single legal tokens); forced_hint(max_n)
+  # -> list[int] (native forced tokens; the session keeps the prefix its masks allow);
+  # has_legal() -> bool (a cheap emptiness test: preview then builds no mask);
+  # can_continue() -> bool (a cheap "some non-EOS token is legal", strict_utf8 matchers only).
+
+
 @runtime_checkable
 class ConstraintSession(Protocol):
   """One request's grammar state (one matcher, never shared; one caller at a time).
 
   Masks are packed int32 words (mask_layout): bit ``id % 32`` of word ``id // 32``, bits of
-  ids >= V always 0.
+  ids >= V always 0. Backends' sessions are `MatcherSession`s (which also have
+  ``lookahead_rows``, ``rollback``, ``frontier_cached`` / ``set_frontier`` and ``matcher``);
+  a wrapper (framing) may expose ``mask_session``: the session whose masks are its own, on
+  which a batch fill runs its fast path.
   """
 
   backend: str  # the registry name of the backend that opened it
@@ -97,8 +150,11 @@ class ConstraintBackend(Protocol):
   """
 
   name: ClassVar[str]  # registry name: "xgrammar", "trie", "llguidance", ...
-  # Optional capability: True when its sessions' automaton can run on the device (the
-  # sessions then give `automaton_tables()` -> (automaton, node)); absent means False.
+  # Optional capability (default False): its sessions' masks may come from a device-resident
+  # automaton; such sessions have ``automaton_tables() -> (automaton, node)`` (the host
+  # automaton, whose numpy tables ``trie.tables.export`` builds for the device, and the
+  # session's node). The runtime asks
+  # `backends.exports_automaton(session)`.
   exports_automaton: ClassVar[bool]
 
   def check(self, constraint: Any) -> None:

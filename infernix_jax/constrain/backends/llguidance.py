@@ -295,13 +295,14 @@ class LLGuidanceBackend:
   """llguidance behind the `ConstraintBackend` interface (a stateless singleton)."""
 
   name: ClassVar[str] = NAME
+  exports_automaton: ClassVar[bool] = False  # masks are host lookahead only
 
   def check(self, constraint: OutputConstraint) -> None:
     """Refuses what this backend cannot express, without compiling.
 
     Raises:
-      UnsupportedConstraintError: an unknown constraint kind.
-      FeatureConflictError: framing on anything but a grammar.
+      UnsupportedConstraintError: an unknown constraint kind, or framing on anything but a
+        grammar (framed grammars come from `constrain.framing`).
     """
     try:
       kind = ConstraintKind(constraint.kind)
@@ -309,9 +310,9 @@ class LLGuidanceBackend:
       raise errors.UnsupportedConstraintError(NAME, f"constraint kind {constraint.kind!r}") \
           from None
     if constraint.framing and kind != ConstraintKind.GRAMMAR:
-      raise errors.FeatureConflictError(
-          f"framing {constraint.framing!r} applies to whole framed grammars only, not to a "
-          f"{kind.value} constraint; pass the content to infernix_jax.constrain.framing")
+      raise errors.UnsupportedConstraintError(
+          NAME, f"framed {kind.value} constraints", "framing applies to whole framed grammars "
+          "only; pass the content to infernix_jax.constrain.framing")
 
   def build(self, vocab: Vocabulary, constraint: OutputConstraint) -> BuildResult:
     """Validates and compiles ``constraint`` for ``vocab`` (uncached).

@@ -21,19 +21,21 @@ class TrieBackend:
   """
 
   name: ClassVar[str] = "trie"
-  # Its sessions' automaton can run on the device (`runtime.device_automaton`): sessions
-  # give `automaton_tables()` and `node`.
+  # Its sessions' masks may come from a device-resident automaton: `TrieSession.
+  # automaton_tables()` gives the host automaton (``trie.tables.export`` makes its device
+  # tables) and the session's node.
   exports_automaton: ClassVar[bool] = True
 
   def check(self, constraint: OutputConstraint) -> None:
     """Only a bare choice: other kinds and framed output raise UnsupportedConstraintError."""
     kind = ConstraintKind(constraint.kind)
+    if constraint.framing:  # first: a framed grammar is a grammar, the framing is the point
+      raise errors.UnsupportedConstraintError(
+          self.name, "framed output", f"framing {constraint.framing!r} needs a grammar "
+          "backend (xgrammar or llguidance)")
     if kind != ConstraintKind.CHOICE:
       raise errors.UnsupportedConstraintError(
           self.name, f"{kind.value} constraints", "it compiles finite choice sets only")
-    if constraint.framing:
-      raise errors.UnsupportedConstraintError(
-          self.name, "framed output", f"framing {constraint.framing!r} needs a grammar")
 
   def build(self, vocab, constraint: OutputConstraint) -> BuildResult:
     """Compiles the choice set (the shared per-vocabulary token index is built once)."""

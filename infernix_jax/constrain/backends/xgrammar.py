@@ -87,6 +87,7 @@ class XGrammarBackend:
   """
 
   name: ClassVar[str] = "xgrammar"
+  exports_automaton: ClassVar[bool] = False  # masks are host lookahead only
 
   def check(self, constraint: OutputConstraint) -> None:
     """Rejects framing on anything but a grammar (the only construct xgrammar refuses)."""

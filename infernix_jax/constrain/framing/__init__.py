@@ -4,7 +4,7 @@ vocabularies), output decoding and chat prompts.
   from infernix_jax.constrain import framing as fr
   tools = fr.parse_tools(openai_tools_json)
   prepared = fr.prepare_output(vocab, fr.OutputPhase.THINKING, tools=tools,
-                               choice=fr.ToolChoice.parse("auto"))
+                               choice=fr.ToolChoice.parse("auto"), backend=None)
   session = prepared.new_session()   # FramedSession (the constraint-session surface) or None
   ... session.lookahead / preview / commit ...; session.result().tool_calls
 
@@ -25,7 +25,8 @@ from infernix_jax.constrain.framing.hermes import HermesDecoder, HermesPrepared,
 from infernix_jax.constrain.framing.prepare import PreparedOutput, prepare_output
 from infernix_jax.constrain.framing.request import (decode_output, new_output_decoder,
                                                     prepare_for_request)
-from infernix_jax.constrain.framing.session import CompiledFraming, FramedSession, NameCompanion
+from infernix_jax.constrain.framing.session import (CompiledFraming, DecodedSession, FramedSession,
+                                                    NameCompanion)
 from infernix_jax.constrain.framing.thinking import (FORCED_CLOSE, THINK_SEPARATOR, OutputPhase,
                                                      QwenFraming, phase_of_prompt)
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
@@ -34,7 +35,7 @@ from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, To
 
 __all__ = [
     "ChatTemplate", "CompiledFraming", "ContentDelta", "ContentGrammar", "DecodeError",
-    "DecodedOutput", "Encoding", "FORCED_CLOSE", "FramedGrammar", "FramedSession",
+    "DecodedOutput", "DecodedSession", "Encoding", "FORCED_CLOSE", "FramedGrammar", "FramedSession",
     "HermesDecoder", "HermesPrepared", "HermesSession", "NameCompanion", "OutputDecoder",
     "OutputPhase", "ParamContract",
     "PreparedOutput", "QwenFraming", "ReasoningDelta", "THINK_SEPARATOR", "ToolCall",
