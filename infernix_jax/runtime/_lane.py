@@ -17,7 +17,7 @@ class Lane:
   """Host state of one admitted request (the lane index may change between requests only)."""
 
   request: GenerationRequest
-  session: Any  # OutputSession or None (unconstrained)
+  session: Any  # a constraint session (MatcherSession, FramedSession, ...) or None (free)
   report: ConstraintReport | None
   vocab: Any
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
