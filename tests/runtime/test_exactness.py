@@ -24,7 +24,7 @@ CHOICES = (b"abc", b"ab", b"ba1", b"cab", b"x{y}")
 SPEC = ic.OutputConstraint.choice([c.decode() for c in CHOICES])
 
 
-def test_options(name: str, **extra) -> dict:
+def drafter_options_for(name: str, **extra) -> dict:
   """Options of drafter `name` for the tiny model: K, plus the fields it declares (n-gram
   size 2, untrained networks, the second tiny model as draft model)."""
   fields = drafters.fields(name)
@@ -33,24 +33,27 @@ def test_options(name: str, **extra) -> dict:
 
 
 def _variants():
-  """Every registered drafter, alone and behind jump-forward, greedy and (where its q can be
-  sampled) sampling: the matrix picks up a newly registered drafter by itself."""
+  """Every registered drafter, alone and behind jump-forward, greedy and (where its options
+  can make it sample) sampling: label -> (name, options, jump_forward). The matrix picks up
+  a newly registered drafter by itself."""
   cfg, model = h.tiny_model()
   out = {}
   for name in drafters.names():
     for jump in (False, True):
       if jump and not drafters.entry(name).drafts:
         continue
-      base = drafters.create(name, test_options(name), target=(cfg, model), jump_forward=jump)
-      out.setdefault(base.name, base)
-      if "sampling" in drafters.fields(name):
-        sampled = drafters.create(name, test_options(name, sampling=True), target=(cfg, model),
-                                  jump_forward=jump)
-        out.setdefault(sampled.name + "/sampling", sampled)
+      for extra in ({}, {"sampling": True}):
+        if extra and "sampling" not in drafters.fields(name):
+          continue
+        built = drafters.create(name, drafter_options_for(name, **extra), target=(cfg, model),
+                                jump_forward=jump)
+        label = built.name + ("/sampling" if extra else "")
+        out.setdefault(label, (name, drafter_options_for(name, **extra), jump, built))
   return out
 
 
-VARIANTS = _variants()
+CASES = _variants()
+VARIANTS = {label: case[3] for label, case in CASES.items()}  # label -> Drafter
 
 
 def _supports(backend: str, spec) -> bool:
@@ -86,47 +89,21 @@ def run(eng, requests, masked_q=True):
   return results
 
 
-@pytest.mark.parametrize("bridge", BRIDGES)
-@pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_greedy_equals_ordinary_greedy(name, bridge):
-  """T = 0: every drafter yields ordinary greedy's tokens (FP64 oracle) on both bridges,
-  with constrained rows of every backend that supports the constraint and free rows mixed."""
-  eng = engine(name, bridge)
-  cases = [(p, c) for p in range(len(PROMPTS)) for c in [None] + BACKENDS]
-  requests = [GenerationRequest(PROMPTS[p], max_tokens=6,
-                                constraint=SPEC.with_backend(c) if c else None)
-              for p, c in cases]
-  for masked_q in ((True, False) if eng.drafter.sampling else (True,)):
-    for (p, c), r in zip(cases, run(eng, requests, masked_q)):
-      [want] = exact(p, 6, 0.0, c is not None)
-      assert tuple(r.token_ids) == want, (name, bridge, p, c, masked_q)
-      if c:
-        assert r.constraint.terminated and r.constraint.complete
-        assert r.finish_reason.value == "stop"
-
-
-SAMPLING = [(name, constrained, masked_q) for name in sorted(VARIANTS)
-            for constrained in (False, True)
-            for masked_q in ((True, False) if VARIANTS[name].sampling and constrained
-                             else (True,))
-            if constrained or not VARIANTS[name].uses_forced]  # forced tokens need a grammar
-
-
-@pytest.mark.parametrize("name,constrained,masked_q", SAMPLING)
-def test_sampling_distribution_equals_ordinary(name, constrained, masked_q):
-  """T = 1: the distribution of outputs equals ordinary decoding's (exact enumeration)."""
-  n, max_tokens = 1200, 3 if not constrained else 4
-  requests = [GenerationRequest(PROMPTS[0], max_tokens=max_tokens,
-                                constraint=SPEC if constrained else None,
-                                sampling=SamplingOptions(temperature=1.0, seed=s))
-              for s in range(n)]
-  results = run(engine(name), requests, masked_q)
-  pvalue = h.chi_square_pvalue(exact(0, max_tokens, 1.0, constrained),
-                               [tuple(r.token_ids) for r in results])
-  assert pvalue > 1e-3, (name, constrained, masked_q, pvalue)
-  if VARIANTS[name].k and (constrained or not VARIANTS[name].uses_forced):
-    if name != "ngram":  # drafts really are verified (not just ordinary decoding)
-      assert sum(r.drafted for r in results) > 0
+@pytest.mark.parametrize("label", sorted(CASES))
+def test_every_drafter_passes_check_drafter(label):
+  """Each variant through `testing.check_drafter` (one engine per variant, so the cost grows
+  linearly with drafters): T = 0 yields ordinary greedy's tokens (FP64 oracle) free and on
+  every backend that expresses the choice; T = 1 reproduces ordinary decoding's distribution
+  (chi-square over 1,200 samples, p > 1e-3) free, constrained, and with masked q off for a
+  sampled q. Its power: `test_the_naive_drop_illegal_rule_is_caught` below (p < 1e-6 for
+  the wrong rule) and tests/runtime/test_check_drafter.py (a biased q). The callback
+  bridge is checked against the stages bridge token for token below."""
+  from infernix_jax.testing import check_drafter
+  name, options, jump, drafter = CASES[label]
+  report = check_drafter(name, options, jump_forward=jump, lanes=LANES)
+  assert report.passed, report
+  if drafter.k and not (drafter.uses_forced and name == "jump") and name != "ngram":
+    assert report.drafted > 0, report  # drafts really are verified (not ordinary decoding)
 
 
 def test_the_naive_drop_illegal_rule_is_caught():
@@ -145,8 +122,9 @@ def test_the_naive_drop_illegal_rule_is_caught():
     pvalues[masked_q] = h.chi_square_pvalue(want, [tuple(r.token_ids)
                                                    for r in run(eng, requests, masked_q)])
   assert pvalues[False] < 1e-6 and pvalues[True] > 1e-3, pvalues
+  from infernix_jax.runtime.build import EngineSpec
   with pytest.raises(ValueError, match="acceptance='nope' must be one of exact, drop-illegal"):
-    Engine(model, h.toy_vocab(), acceptance="nope")
+    EngineSpec(acceptance="nope").validate(files=False)
 
 
 def test_top_k_over_legal_tokens():
