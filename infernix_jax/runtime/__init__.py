@@ -1,14 +1,18 @@
-"""The engine: lanes, one decode round over two host bridges, drafters, commit protocol, CLI.
+"""The engine: lanes, one decode round over two host bridges, drafters, commit protocol.
 
   from infernix_jax import runtime as rt
-  engine = rt.Engine(model, vocab, rt.drafters.create("ngram", k=4, jump_forward=True), lanes=4)
-  [result] = engine.generate([rt.GenerationRequest(prompt_ids, constraint=spec)])
+  built = rt.build_engine(rt.EngineSpec(drafter="ngram", drafter_options={"k": 4}, lanes=4))
+  [result] = built.engine.generate([rt.GenerationRequest(prompt_ids, constraint=spec)])
+
+`build_engine` is the one assembly path (every surface calls it); `Engine(model, vocab,
+drafter, ...)` directly is for engine unit tests over a model already in memory.
 """
 
 from infernix_jax.runtime import drafters
 from infernix_jax.runtime.drafters import (Drafter, JumpForward, NGramDrafter, NoDrafter,
                                            Proposal)
 from infernix_jax.runtime._round import Timeline
+from infernix_jax.runtime.build import Assembly, EngineSpec, Target, build_engine, load_target
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.errors import (CapacityError, ConstraintDeadEnd, GenerationError,
                                          NonFiniteLogits, RequestCancelled, SessionFailure,
@@ -18,7 +22,7 @@ from infernix_jax.runtime.types import (ConstraintReport, FinishReason, Generati
                                         TokenEvent)
 
 __all__ = [
-    "BRIDGES", "CapacityError", "ConstraintDeadEnd", "ConstraintReport", "Drafter", "Engine",
+    "Assembly", "BRIDGES", "CapacityError", "EngineSpec", "Target", "build_engine", "load_target", "ConstraintDeadEnd", "ConstraintReport", "Drafter", "Engine",
     "FinishReason", "GenerationError", "GenerationRequest", "GenerationResult", "JumpForward",
     "NGramDrafter", "NoDrafter", "NonFiniteLogits", "Proposal", "RequestCancelled",
     "RoundStat", "SamplingOptions", "SessionFailure", "StateIntegrityError", "Timeline",
