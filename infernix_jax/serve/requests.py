@@ -166,8 +166,6 @@ def _common(body: Mapping, drafter: str, k: int,
     value = _number(body, name, kind, low, high)
     if value is not None:
       opts[name] = value
-  if opts.get("top_p") == 0:
-    raise RequestError("top_p", "must be > 0")
   stop = body.get("stop")
   if stop is not None:
     if isinstance(stop, str):
@@ -176,11 +174,8 @@ def _common(body: Mapping, drafter: str, k: int,
       raise RequestError("stop", "expected a non-empty string or a list of them")
     if stop:
       opts["stop"] = stop
-  law = body.get("sampling_law")
-  if law is not None:
-    if not isinstance(law, str):
-      raise RequestError("sampling_law", "expected local, exact-finite or onestep")
-    opts["sampling_law"] = law
+  if body.get("sampling_law") is not None:  # checked with the request (GenerationRequest)
+    opts["sampling_law"] = body["sampling_law"]
   tolerance = _number(body, "law_tolerance", float, 0.0, None)
   if tolerance is not None:
     opts["law_tolerance"] = tolerance

@@ -222,6 +222,8 @@ BAD = [
     ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs.choice"),
     ({"sampling_law": "exact-finite"}, "sampling_law"),  # needs a finite constraint
     ({"sampling_law": "exact", "structured_outputs": {"choice": ["a"]}}, "sampling_law"),
+    ({"sampling_law": 1}, "sampling_law"),  # found by the request's own validation
+    ({"top_p": 0}, "top_p"),
 ]
 
 
