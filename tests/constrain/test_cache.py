@@ -71,8 +71,9 @@ def test_byte_budget_evicts_least_recently_used():
   assert c.compile(ic.OutputConstraint.choice(["ab"])).cache_status == "built"
 
 
-def _instrument(monkeypatch, delay: float):
-  """Wraps ConstraintCompiler._build: counts builds and the peak number running at once."""
+def _instrument(monkeypatch, delay: float, gate: threading.Event | None = None):
+  """Wraps ConstraintCompiler._build: counts builds and the peak number running at once.
+  With `gate`, each build also waits (at most 30 s) until the gate is set."""
   real = cmod.ConstraintCompiler._build
   lock = threading.Lock()
   info = {"calls": 0, "running": 0, "peak": 0}
@@ -84,6 +85,8 @@ def _instrument(monkeypatch, delay: float):
       info["peak"] = max(info["peak"], info["running"])
     try:
       time.sleep(delay)
+      if gate is not None:
+        gate.wait(timeout=30)
       return real(self, key, constraint)
     finally:
       with lock:
@@ -135,20 +138,34 @@ def test_shared_build_error_reaches_every_waiter(monkeypatch):
 
 
 def test_at_most_two_cold_compiles_per_vocabulary(monkeypatch):
-  info = _instrument(monkeypatch, 0.25)
+  gate = threading.Event()
+  gate.set()  # open for the first part
+  info = _instrument(monkeypatch, 0.25, gate)
   vocab = toy_vocab()
   compilers = [ic.ConstraintCompiler(vocab), ic.ConstraintCompiler(vocab)]  # shared slots
   specs = [ic.OutputConstraint.choice([w]) for w in ("a", "b", "ab", "ba", "abc", "c")]
   results = _run_threads([lambda i=i: compilers[i % 2].compile(specs[i]) for i in range(6)])
   assert all(r.cache_status == "built" for r in results)
   assert info["calls"] == 6 and info["peak"] == 2
-  # A hit takes no cold slot: it answers while both slots are busy.
+  # A hit takes no cold slot: it answers while both slots are busy. The two cold builds hold
+  # their slots until the hit has answered (the gate), so a hit that queued for a slot would
+  # only return after the gate's 30 s timeout, with the builds gone.
+  gate.clear()
   hit_spec = specs[0]
-  slow = [lambda: compilers[0].compile(ic.OutputConstraint.choice(["x" * n])) for n in (1, 2)]
-  t0 = []
-  results = _run_threads(slow + [lambda: (time.sleep(0.05), t0.append(time.perf_counter()),
-                                          compilers[0].compile(hit_spec))[2]])
-  assert results[2].cache_status == "hit" and results[2].compile_seconds < 0.1
+  slow = [lambda w=w: compilers[0].compile(ic.OutputConstraint.choice([w])) for w in ("ca", "cb")]
+
+  def hit():
+    while info["running"] < 2:  # both slots taken
+      time.sleep(0.01)
+    got = compilers[0].compile(hit_spec)
+    busy = info["running"]
+    gate.set()
+    return got, busy
+
+  results = _run_threads(slow + [hit])
+  got, busy = results[2]
+  assert got.cache_status == "hit" and busy == 2
+  assert all(r.cache_status == "built" for r in results[:2])
 
 
 def test_default_budget():

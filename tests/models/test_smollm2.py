@@ -21,8 +21,8 @@ TEXTS = ["Hello 12345 world", "<|im_start|>user\nWhat's up?<|im_end|>\n",
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-  cfg, model, source = im.load_default()
+def smollm2(smollm2_model):
+  cfg, model, source = smollm2_model
   return cfg, nnx.split(model), source
 
 

@@ -22,23 +22,19 @@ WEATHER = {"type": "function", "function": {
                                   "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
 
 
-def test_required_call_on_smollm2_validates_and_streams():
+def test_required_call_on_smollm2_validates_and_streams(smollm2_llm, smollm2_engine):
   jsonschema = pytest.importorskip("jsonschema")
-  from infernix_jax import constrain as ic
-  from infernix_jax import models as im
   from infernix_jax.constrain import framing as fr
-  from infernix_jax.runtime import Engine, GenerationRequest, JumpForward, NGramDrafter
+  from infernix_jax.runtime import GenerationRequest
 
-  cfg, model, source = im.load_default()
-  tok = im.load_tokenizer(source)
-  vocab = ic.Vocabulary.from_gguf(source)
+  tok, vocab, source = smollm2_llm.tokenizer, smollm2_llm.vocab, smollm2_llm.source
   prompt = fr.render_chat(source, vocab, [{"role": "user", "content": "Weather in Tokyo for "
                                                                       "the next two days?"}],
                           tools=[WEATHER], tool_choice="required")
   ids = tok.encode(prompt)
   events = []
-  engine = Engine(model, vocab, JumpForward(k=4, inner=NGramDrafter(k=4)), lanes=1,
-                  capacity=-(-(len(ids) + 60) // 64) * 64, cfg=cfg)
+  engine = smollm2_engine("stages")  # n-gram K = 4 with jump-forward
+  assert len(ids) + 48 + engine.k + 1 <= engine.capacity
   result = engine.generate([GenerationRequest(ids, max_tokens=48, tools=[WEATHER],
                                               tool_choice="required",
                                               on_token=events.append)])[0]

@@ -1,4 +1,5 @@
-"""Validity on the embedded SmolLM2: every normally completed JSONSchemaBench output validates."""
+"""Validity on the embedded SmolLM2: every normally completed JSONSchemaBench output validates
+(on the suite's shared SmolLM2 engines, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,13 @@ pytestmark = [
 ]
 
 
-def test_completed_outputs_validate_with_jsonschema():
+def test_completed_outputs_validate_with_jsonschema(smollm2_llm, smollm2_engine):
   jsonschema = pytest.importorskip("jsonschema")
   from infernix_jax import constrain as ic
-  from infernix_jax import models as im
-  from infernix_jax.runtime import (Engine, FinishReason, GenerationRequest, JumpForward,
-                                    NGramDrafter)
+  from infernix_jax.runtime import FinishReason, GenerationRequest
 
-  cfg, model, source = im.load_default()
-  tok = im.load_tokenizer(source)
-  vocab = ic.Vocabulary.from_gguf(source)
-  engine = Engine(model, vocab, JumpForward(k=4, inner=NGramDrafter(k=4)), lanes=len(SCHEMAS),
-                  capacity=256, cfg=cfg)
+  tok = smollm2_llm.tokenizer
+  engine = smollm2_engine("stages")  # n-gram K = 4 with jump-forward
   requests, schemas = [], []
   for name in SCHEMAS:
     text = (DATA / f"{name}.json").read_text()
@@ -51,29 +47,24 @@ def test_completed_outputs_validate_with_jsonschema():
   assert sum(r.constraint.jump_forward_tokens for r in results) > 0
 
 
-def test_backends_give_the_same_greedy_tokens():
+def test_backends_give_the_same_greedy_tokens(smollm2_llm, smollm2_engine):
   """The main job's schema and JSONSchemaBench schemas, greedy on SmolLM2: every backend that
   supports a schema commits xgrammar's tokens, on both bridges."""
   from infernix_jax import constrain as ic
-  from infernix_jax import models as im
   from infernix_jax.constrain import backends
-  from infernix_jax.runtime import Engine, GenerationRequest, drafters
   from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA
+  from infernix_jax.runtime import GenerationRequest
 
-  cfg, model, source = im.load_default()
-  tok = im.load_tokenizer(source)
-  vocab = ic.Vocabulary.from_gguf(source)
+  tok = smollm2_llm.tokenizer
   items = [(DEMO_PROMPT, DEMO_SCHEMA)] + [
       (f"Reply with JSON matching this schema: {t}", t)
       for t in ((DATA / f"{n}.json").read_text() for n in SCHEMAS)]
   prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}]))
              for p, _ in items]
   specs = [ic.OutputConstraint.json_schema(s) for _, s in items]
-  drafter = drafters.create("ngram", {"k": 4}, jump_forward=True)
   runs = {}
   for bridge in ("stages", "callback"):
-    engine = Engine(model, vocab, drafter, lanes=len(items), capacity=320, cfg=cfg,
-                    bridge=bridge)
+    engine = smollm2_engine(bridge)  # n-gram K = 4 with jump-forward, 4 lanes
     for name in backends.names():
       keep = []
       for i, spec in enumerate(specs):
