@@ -10,7 +10,7 @@
   tests share) and `smollm2_engine(bridge)`. A test must not change their state past its end.
 - Marker `slow`: every test that uses the embedded SmolLM2 (through these fixtures or by
   loading it itself: marked in its module), the studies' smoke runs, the server, and the tests
-  in SLOW_TESTS (over ~3 s each on a quiet 2-core CPU). `make test-fast` (-m "not slow") runs
+  in SLOW_TESTS (over ~2 s each on a quiet 2-core CPU). `make test-fast` (-m "not slow") runs
   the rest, tiny models and host code, in under 3 min; `make test` (CI) runs everything.
 """
 
@@ -24,7 +24,7 @@ os.environ.setdefault("INFERNIX_JAX_COMPILE_CACHE", "")
 # Tests marked slow here rather than in their files: a path (every test of the file) or
 # path::function (every parametrization), relative to tests/, with why. Besides these: any test
 # using a fixture in SLOW_FIXTURES, and tests marked in their own modules (the server, training,
-# the CLI on the embedded model). Each entry here takes over ~3 s on a quiet 2-core CPU.
+# the CLI on the embedded model). Each entry here takes over ~2 s on a quiet 2-core CPU.
 SLOW_TESTS = {
     "runtime/test_exactness.py": "an engine per drafter x rule x layout cell; thousands of "
                                  "samples per chi-square test",
@@ -53,6 +53,39 @@ SLOW_TESTS = {
     "experiments/test_runner.py::test_absent_data_skips_the_cell_with_its_message": "a sweep",
     "faithful/test_onestep.py::test_engine_samples_follow_the_estimator_with_a_sampling_drafter":
         "engine samples",
+    "pallas/test_masked_sample.py::TestMaskedSampleKernelInterpret": "the kernel in interpret mode over a parameter product",
+    "pallas/test_spec_accept.py::TestSpecAcceptKernelInterpret": "the kernel in interpret mode over a parameter product",
+    "pallas/test_masked_sample.py::test_reference_matches_fp64_oracle": "FP64 oracle per case",
+    "pallas/test_masked_sample.py::test_errors_and_dispatch": "compiles per case",
+    "pallas/test_masked_sample.py::test_samples_follow_masked_p": "many draws",
+    "pallas/test_spec_accept.py::test_counter_example_and_wrong_variant": "many draws",
+    "constrain/test_utf8.py::test_random_walks_are_strict_utf8": "random walks on Qwen3's vocabulary",
+    "faithful/test_engine_law.py": "an engine per drafter kind; chi-square samples",
+    "runtime/test_thinking_budget.py": "an engine per drafter and bridge",
+    "runtime/test_cli.py::test_bad_regex_fails_before_loading": "the CLI's first imports",
+    "runtime/test_cli.py::test_choice_generation_writes_json": "a generation through the CLI",
+    "runtime/test_cli.py::test_invalid_schema_file_fails_before_loading": "CLI start-up",
+    "runtime/test_cli.py::test_lenient_drops_the_keyword_and_names_it": "CLI start-up",
+    "runtime/test_cli.py::test_help_lists_the_command_flags_by_group": "CLI start-up",
+    "runtime/test_framing_speculation.py::test_drafters_reach_ordinary_decoding": "an engine per drafter",
+    "runtime/test_transactions.py::test_lane_after_nan_is_clean": "engine compiles",
+    "runtime/test_transactions.py::test_cancel_before_start_and_streaming": "engine compiles",
+    "runtime/test_transactions.py::test_eos_length_and_stop_strings": "engine compiles",
+    "models/test_phases.py::test_tree_verify_scores_every_root_path_like_the_full_forward": "compiles per layout",
+    "models/test_phases.py::test_prefill_then_decode_equals_forward": "compiles",
+    "models/test_phases.py::test_attention_span_equals_whole_capacity": "compiles",
+    "models/test_hf_parity.py::test_logits_match_transformers": "torch models per family",
+    "models/test_speculative_loop.py::test_network_drafters_keep_greedy_output_exact": "compiles",
+    "models/test_unrolled.py::test_reduced_precision_equals_fp64_model_of_its_weights": "compiles",
+    "models/test_gguf_archs.py::test_gguf_archs_match_transformers": "torch models per family",
+    "faithful/test_onestep.py": "engines and FP64 oracles",
+    "train/test_objectives.py::test_loss_terms_match_fp64": "compiles",
+    "experiments/test_runner.py::test_run_resume_and_failed_cell": "a sweep",
+    "experiments/test_runner.py::test_deterministic_and_shards_merge_to_the_whole": "sweeps",
+    "constrain/test_trie_xgrammar.py::test_trie_mask_equals_xgrammar_on_random_walks": "real vocabularies",
+    "constrain/test_jsonschemabench.py::test_byte_vocab_walks_validate": "walks",
+    "constrain/test_jsonschemabench.py::test_qwen3_walks_validate": "walks on Qwen3's vocabulary",
+    "constrain/test_hermes.py::test_render_chat_on_smollm2_puts_tools_in_the_system_turn": "the SmolLM2 template",
 }
 # Fixtures that make a test slow: the shared SmolLM2 ones, and the studies' smoke runs.
 SLOW_FIXTURES = {"smollm2_model", "smollm2_llm", "smollm2_engine", "smoke_runs"}
@@ -63,8 +96,10 @@ def pytest_collection_modifyitems(config, items):
   root = os.path.dirname(__file__)
   for item in items:
     rel = os.path.relpath(str(item.path), root).replace(os.sep, "/")
-    func = f"{rel}::{getattr(item, 'originalname', item.name)}"
-    if (rel in SLOW_TESTS or func in SLOW_TESTS
+    # path::[Class::]function without parameters, and path::Class for a whole class
+    func = rel + item.nodeid.split("[")[0][item.nodeid.index("::"):]
+    cls = func.rsplit("::", 1)[0]
+    if (rel in SLOW_TESTS or func in SLOW_TESTS or cls in SLOW_TESTS
         or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
       item.add_marker(pytest.mark.slow)
 
