@@ -315,7 +315,8 @@ class LLM:
       except ConstraintError as e:
         raise RequestError("tools", str(e)) from None
       try:
-        policy = fr.ToolChoice.parse(tool_choice)
+        policy = (tool_choice if isinstance(tool_choice, fr.ToolChoice)
+                  else fr.ToolChoice.parse(tool_choice))
       except (ConstraintError, ValueError) as e:
         raise RequestError("tool_choice", str(e)) from None
       unknown = sorted(set(policy.allowed_names or ()) - names)

@@ -21,4 +21,8 @@ def test_readme_example_runs(index, monkeypatch):
   if "../shared/data" in code and not (ROOT / "../shared/data").is_dir():
     pytest.skip("shared data not present")
   monkeypatch.chdir(ROOT)
-  exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "readme"})
+  import sys
+  import types
+  module = types.ModuleType(f"readme_block_{index}")  # a real module: dataclasses look it up
+  monkeypatch.setitem(sys.modules, module.__name__, module)
+  exec(compile(code, f"README.md python block {index}", "exec"), module.__dict__)

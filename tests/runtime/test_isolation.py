@@ -146,13 +146,13 @@ def test_only_drafts_cross_to_the_host(bridge, monkeypatch):
   the device, also for a sparse-q drafter under masked q), and an unconstrained batch never
   calls it; mask bytes counted are the bytes uploaded."""
   seen = []
-  real = _round.HostSteps.masks
+  real = _round.HostCallbacks.masks
 
   def spy(self, drafts, n):
     seen.append((np.shape(drafts), np.shape(n)))
     return real(self, drafts, n)
 
-  monkeypatch.setattr(_round.HostSteps, "masks", spy)
+  monkeypatch.setattr(_round.HostCallbacks, "masks", spy)
   cfg, model = h.tiny_model()
   d = drafters.create("dflash2", {"k": K, "weights": "random"}, target=(cfg, model))
   eng = Engine(model, h.toy_vocab(), d, lanes=LANES, capacity=32, bridge=bridge)
