@@ -33,8 +33,9 @@ from experiments.runner import environment, store, sweep
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "study config file (get_config)")
 _RESULTS = flags.DEFINE_string("results_dir", "results", "where run directories go")
-_SHARD = flags.DEFINE_string("shard", "", "i/n: run every n-th cell from i (default: "
-                             "jax.process_index()/jax.process_count(), 0/1 on one host)")
+_SHARD = flags.DEFINE_string("shard", "", "i/n: run every n-th cell from i (default: the "
+                             "SLURM job array's task i of n, else jax.process_index()/"
+                             "jax.process_count(), 0/1 on one host)")
 _RUN_DIR = flags.DEFINE_string("run_dir", "", "an explicit run directory (resumed if it holds "
                                "the same config)")
 _RESUME = flags.DEFINE_bool("resume", True, "reuse the newest run directory of the same config")
@@ -122,6 +123,44 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
   return rd.path
 
 
+def bad_override(argv: list[str]) -> str | None:
+  """The message for the first `--config.PATH=VALUE` in `argv` whose PATH the config lacks
+  (None if all resolve, or if the config itself does not load: the flag parser reports that),
+  naming the flag, the missing key, the fields where it was looked up and the grid's axes.
+  ml_collections' own error there is a bare `AttributeError: "'temperature'"`."""
+  import importlib.util
+
+  files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+  if not files:
+    return None
+  path, _, variant = files[-1].partition(":")
+  try:
+    spec = importlib.util.spec_from_file_location("_study_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(variant) if variant else module.get_config()
+  except Exception:  # the flag parser gives the config file's own error
+    return None
+  for arg in argv:
+    if not arg.startswith("--config.") or "=" not in arg:
+      continue
+    keys = arg[len("--config."):].split("=", 1)[0].split(".")
+    node = config
+    for depth, key in enumerate(keys):
+      if not hasattr(node, "keys") or key not in node:
+        where = "config" + "".join(f".{k}" for k in keys[:depth])
+        here = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "(not a group)"
+        top = ", ".join(sorted(k for k in config.keys() if k != "grid"))
+        axes = ", ".join(sorted(config.grid.keys())) if "grid" in config else "none"
+        return (f"--config.{'.'.join(keys)}: {where} has no field {key!r}"
+                + (f" (its fields: {here})" if depth and keys[0] != "grid" else "")
+                + f". The config's fields: {top}; its grid's axes: {axes}. Overrides change "
+                  "fields the config declares (--config.FIELD=VALUE for every cell, "
+                  "--config.grid.AXIS=(...) for a declared axis)")
+      node = node[key]
+  return None
+
+
 def main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
@@ -137,4 +176,8 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
+  problem = bad_override(sys.argv[1:])
+  if problem:
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
   app.run(main)

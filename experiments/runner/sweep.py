@@ -128,8 +128,43 @@ def parse_shard(text: str) -> tuple[int, int]:
   return i, n
 
 
-def default_shard() -> tuple[int, int]:
-  """(jax.process_index(), jax.process_count()) on a multi-host setup, else (0, 1)."""
+def default_shard(environ=None) -> tuple[int, int]:
+  """This process's shard when `--shard` is not given, in order:
+  - a SLURM job array (`SLURM_ARRAY_TASK_ID` with `SLURM_ARRAY_TASK_COUNT`): task i of n,
+    counted from `SLURM_ARRAY_TASK_MIN` in steps of `SLURM_ARRAY_TASK_STEP` (so
+    `--array=1-4` and `--array=0-6:2` both give shards 0..3 of 4);
+  - (jax.process_index(), jax.process_count()) on a multi-host JAX setup;
+  - else (0, 1).
+
+  Args:
+    environ: the environment to read (default `os.environ`).
+
+  Raises:
+    ValueError: a SLURM variable that is not an integer, or a task outside its array, named.
+  """
+  import os
+
+  env = os.environ if environ is None else environ
+  if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+    def number(name: str, default: int | None = None) -> int:
+      text = env.get(name)
+      if text is None and default is not None:
+        return default
+      try:
+        return int(text)
+      except (TypeError, ValueError):
+        raise ValueError(f"{name}={text!r}: expected an integer (the SLURM job array's "
+                         "variables set the default shard; pass --shard=i/n to override)"
+                         ) from None
+
+    task, count = number("SLURM_ARRAY_TASK_ID"), number("SLURM_ARRAY_TASK_COUNT")
+    first, step = number("SLURM_ARRAY_TASK_MIN", 0), number("SLURM_ARRAY_TASK_STEP", 1)
+    offset = task - first
+    if count < 1 or step < 1 or offset < 0 or offset % step or not offset // step < count:
+      raise ValueError(
+          f"SLURM_ARRAY_TASK_ID={task} is not one of the {count} tasks from "
+          f"SLURM_ARRAY_TASK_MIN={first} in steps of {step}; pass --shard=i/n to override")
+    return offset // step, count
   import jax
 
   n = jax.process_count()

@@ -63,6 +63,32 @@ def test_bad_grids_and_shards_name_the_field():
   assert sweep.parse_shard("1/3") == (1, 3)
 
 
+@pytest.mark.parametrize("array", [(0, 1, 4), (1, 1, 4), (0, 2, 3)])
+def test_slurm_array_tasks_partition_the_cells(array):
+  """Faked SLURM job-array variables (--array=first-...:step with `count` tasks) set the default
+  shard: the tasks' shards are disjoint and together hold every cell once."""
+  first, step, count = array
+  c = _config()
+  c.grid.samples = (10, 20)
+  cells = sweep.cells(c)
+  seen = []
+  for t in range(count):
+    env = {"SLURM_ARRAY_TASK_ID": str(first + t * step), "SLURM_ARRAY_TASK_COUNT": str(count),
+           "SLURM_ARRAY_TASK_MIN": str(first), "SLURM_ARRAY_TASK_STEP": str(step)}
+    i, n = sweep.default_shard(env)
+    assert (i, n) == (t, count)
+    seen += [cell.index for cell in sweep.shard(cells, i, n)]
+  assert sorted(seen) == [cell.index for cell in cells] and len(cells) == 8
+
+
+def test_bad_slurm_variables_are_named():
+  with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_COUNT='four': expected an integer"):
+    sweep.default_shard({"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "four"})
+  with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_ID=5 is not one of the 4 tasks"):
+    sweep.default_shard({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4"})
+  assert sweep.default_shard({}) == (0, 1)  # no array, one JAX process
+
+
 def test_run_resume_and_failed_cell(tmp_path):
   c = _config(drafter=("counterexample/dense", "counterexample/bogus"), rule=("exact",))
   d = _run(c, tmp_path)
@@ -144,3 +170,16 @@ def test_counter_example_verdicts(tmp_path):
   assert exact["pvalue"] > 1e-3 and exact["tv"] < 0.03
   observed = {tuple(t["output"]): t["observed"] for t in naive["top"]}
   assert naive["pvalue"] < 1e-12 and abs(observed[("a",)] - 0.75) < 0.03
+
+
+def test_an_override_of_a_missing_field_names_the_flag_and_the_fields():
+  """`--config.grid.temperature=...` on a config whose grid lacks it is refused before the
+  flag parser's bare AttributeError, with the flag, the config's fields and its grid axes."""
+  config = f"--config={_configs.ROOT / 'configs' / 'acceptance.py'}:smoke"
+  msg = runner.bad_override([config, "--config.grid.temperature=(0.0,)"])
+  assert msg.startswith("--config.grid.temperature: config.grid has no field 'temperature'")
+  assert "temperature" in msg.split("The config's fields: ")[1] and "grid's axes: constrained" in msg
+  msg = runner.bad_override([config, "--config.drafter.options.nope=3"])
+  assert "config.drafter.options has no field 'nope' (its fields: k, weights)" in msg
+  assert runner.bad_override([config, "--config.drafter.options.k=8",
+                              "--config.grid.constrained=(True,)"]) is None
