@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 
 from experiments import workloads
-from experiments.runner import plots
+from experiments.runner import plots, stats
 
 
 def _items(c) -> list:
@@ -236,7 +236,7 @@ def _effects(cells, ov, by_cell) -> list:
   in that axis only."""
   rows = []
   for axis, name in EFFECT_AXES:
-    ratios = []
+    ratios, pairs = [], []
     index = {tuple(sorted((k, str(v)) for k, v in ov[c].items() if k != axis)): c
              for c in cells if ov[c].get(axis) is False and by_cell.get(c)}
     for c in cells:
@@ -245,11 +245,15 @@ def _effects(cells, ov, by_cell) -> list:
         if other:
           ratios.append((accepted_length(by_cell[c]) / accepted_length(by_cell[other]),
                          label({k: v for k, v in ov[c].items() if k != axis})))
+          off = {u[0]["item"]: u for u in stats.by_unit(by_cell[other], "item")}
+          pairs += [(u, off[u[0]["item"]]) for u in stats.by_unit(by_cell[c], "item")
+                    if u[0]["item"] in off]  # same prompt (and seed) on both sides
     if ratios:
       vals = sorted(r for r, _ in ratios)
       best = max(ratios)
+      pooled = stats.fmt(stats.paired_ratio(pairs, accepted_length)) if pairs else "-"
       rows.append([name, len(ratios), f"{float(np.median(vals)):.2f}",
-                   f"{vals[0]:.2f} - {vals[-1]:.2f}", best[1]])
+                   f"{vals[0]:.2f} - {vals[-1]:.2f}", pooled, best[1]])
   return rows
 
 
@@ -278,11 +282,10 @@ def summarize(records, c, out: Path) -> str:
     rs, m = by_cell.get(cell, []), meas.get(cell, {})
     if not rs:
       continue
-    rounds = sum(r["rounds"] for r in rs)
-    acc_len = (sum(r["accepted"] for r in rs) + rounds) / max(rounds, 1)
+    acc_len = stats.fmt(stats.bootstrap(stats.by_unit(rs, "item"), accepted_length))
     done = [r for r in rs if r["valid"] is not None]
     pos = _per_position(rs, k_max)
-    rows.append([label(ov[cell]), len(rs), f"{acc_len:.2f}",
+    rows.append([label(ov[cell]), len(rs), acc_len,
                  " / ".join("-" if np.isnan(p) else f"{p:.2f}" for p in pos),
                  f"{m.get('tokens_per_s', 0):.1f}", f"{100 * m.get('host_share', 0):.1f}",
                  f"{sum(r['valid'] for r in done)}/{len(done)}",
@@ -320,10 +323,13 @@ def summarize(records, c, out: Path) -> str:
   if effects:
     parts += ["### Effect of one axis", "",
               "Pairs of cells that differ in that axis only: accepted length with it on / "
-              "with it off (median over pairs, range, and the pair with the largest ratio).", "",
-              plots.table(["axis", "pairs", "median ratio", "range", "largest in"], effects,
-                          "lrrrl"), ""]
-  parts += ["Accepted length: tokens per round (accepted drafts + 1). Acceptance by position i: "
+              "with it off (median over pairs, range, and the pair with the largest ratio); "
+              "pooled: the ratio over every prompt of every pair with its paired bootstrap "
+              "95% interval (whole prompts resampled on both sides at once).", "",
+              plots.table(["axis", "pairs", "median ratio", "range", "pooled [95% CI]",
+                           "largest in"], effects, "lrrrrl"), ""]
+  parts += ["Accepted length: tokens per round (accepted drafts + 1), with a 95% percentile "
+            "bootstrap interval over prompts (2,000 resamples, seed 0). Acceptance by position i: "
             "rounds whose i-th draft was accepted / rounds that drafted at least i. Host %: "
             "host begin + mask + commit time over round time. Valid: completed outputs "
             "accepted by the workload's oracle (jsonschema, label set, regex)."]
