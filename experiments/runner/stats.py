@@ -17,6 +17,22 @@ LEVEL = 0.95
 RESAMPLES = 2000
 
 
+def _interval(groups: list, value: Callable[[list], float], seed: int, resamples: int,
+              level: float) -> tuple[float, float, float]:
+  """(value(groups), low, high): the percentile interval of `value` over `resamples` draws of
+  len(groups) groups with replacement (NaN bounds for one group)."""
+  if not 0 < level < 1:
+    raise ValueError(f"level={level}: must lie in (0, 1)")
+  point = float(value(groups))
+  if len(groups) == 1:
+    return point, float("nan"), float("nan")
+  draws = np.random.default_rng(seed).integers(0, len(groups), size=(resamples, len(groups)))
+  values = np.array([value([groups[i] for i in row]) for row in draws], float)
+  tail = (1 - level) / 2
+  low, high = np.quantile(values, [tail, 1 - tail])
+  return point, float(low), float(high)
+
+
 def bootstrap(units: Sequence, statistic: Callable[[list], float], *, seed: int = 0,
               resamples: int = RESAMPLES, level: float = LEVEL) -> tuple[float, float, float]:
   """(point, low, high): `statistic` over all units and the percentile interval of its
@@ -31,20 +47,11 @@ def bootstrap(units: Sequence, statistic: Callable[[list], float], *, seed: int 
   Raises:
     ValueError: no units, or a level outside (0, 1).
   """
-  if not 0 < level < 1:
-    raise ValueError(f"level={level}: must lie in (0, 1)")
   groups = [u if isinstance(u, list) else [u] for u in units]
   if not groups:
     raise ValueError("bootstrap: no units to resample")
-  point = float(statistic([r for g in groups for r in g]))
-  if len(groups) == 1:
-    return point, float("nan"), float("nan")
-  rng = np.random.default_rng(seed)
-  draws = rng.integers(0, len(groups), size=(resamples, len(groups)))
-  values = np.array([statistic([r for i in row for r in groups[i]]) for row in draws], float)
-  tail = (1 - level) / 2
-  low, high = np.quantile(values, [tail, 1 - tail])
-  return point, float(low), float(high)
+  return _interval(groups, lambda chosen: statistic([r for g in chosen for r in g]), seed,
+                   resamples, level)
 
 
 def paired_ratio(pairs: Sequence[tuple], statistic: Callable[[list], float], *, seed: int = 0,
@@ -54,22 +61,12 @@ def paired_ratio(pairs: Sequence[tuple], statistic: Callable[[list], float], *, 
   axis), and each resample draws whole pairs, so the prompt's effect cancels."""
   if not pairs:
     raise ValueError("paired_ratio: no pairs to resample")
-  groups = [(list(a), list(b)) for a, b in pairs]
 
   def ratio(chosen):
-    on = [r for a, _ in chosen for r in a]
-    off = [r for _, b in chosen for r in b]
-    return statistic(on) / statistic(off)
+    return (statistic([r for a, _ in chosen for r in a])
+            / statistic([r for _, b in chosen for r in b]))
 
-  point = float(ratio(groups))
-  if len(groups) == 1:
-    return point, float("nan"), float("nan")
-  rng = np.random.default_rng(seed)
-  draws = rng.integers(0, len(groups), size=(resamples, len(groups)))
-  values = np.array([ratio([groups[i] for i in row]) for row in draws], float)
-  tail = (1 - level) / 2
-  low, high = np.quantile(values, [tail, 1 - tail])
-  return point, float(low), float(high)
+  return _interval([(list(a), list(b)) for a, b in pairs], ratio, seed, resamples, level)
 
 
 def by_unit(records: Sequence[dict], key: str) -> list[list[dict]]:
