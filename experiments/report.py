@@ -9,6 +9,7 @@ first directory); --publish also writes it to the config's publish_dir.
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import sys
@@ -72,6 +73,12 @@ def _header(config: dict, run_dirs, records, failures) -> str:
            f"{dev.get('platform', '?')} ({dev.get('kind', '?')}) x{dev.get('count', '?')}, "
            f"{env.get('host', {}).get('cpus', '?')} CPUs; jax {pk.get('jax')}, "
            f"xgrammar {pk.get('xgrammar')}, llguidance {pk.get('llguidance')}.", ""]
+  versions = collections.Counter(r.get("version") or "unrecorded" for r in records
+                                 if r.get("kind") == "cell")
+  if len(versions) > 1:  # a resume across versions, or shards run by different code
+    lines += [f"**Cells from {len(versions)} code versions**: "
+              + ", ".join(f"{v} ({n} cells)" for v, n in versions.most_common())
+              + "; each cell's closing line in runs.jsonl names its version.", ""]
   if failures:
     lines += ["## Cells not done", "", "| cell | status | error |", "|---|---|---|"]
     lines += [f"| {f['cell']} | {f['status']} | {f['error'][:200].replace('|', '/')} |"

@@ -1,14 +1,17 @@
 """Runs a study from its config: every cell of its grid, resumable, one JSON line per result.
 
   python -m experiments.run --config=configs/<study>.py[:variant] [--config.FIELD=VALUE ...]
-      [--results_dir=results] [--shard=i/n] [--run_dir=DIR] [--noresume] [--publish]
+      [--grid FIELD=V1,V2 ...] [--results_dir=results] [--shard=i/n] [--run_dir=DIR]
+      [--noresume] [--resume_across_versions] [--publish]
 
 Writes results/<study>/<timestamp>/ (config.json, environment.json, runs.jsonl, summary.md,
 plots). A config's optional `plugins` (module names) are imported first: they register the
 drafters or backends its cells name. A failed cell is recorded with its error and the sweep
-goes on; a rerun of the same config skips the cells already done. `--publish` also writes the
-summary and plots to the config's `publish_dir` (tracked reports are never overwritten
-otherwise).
+goes on; a rerun of the same config skips the cells already done, unless another code version
+ran them (refused, naming both versions, without `--resume_across_versions`; each cell's closing
+line names its version). `--grid FIELD=V1,V2` adds or replaces a grid axis over any field of
+the config. `--publish` also writes the summary and plots to the config's `publish_dir`
+(tracked reports are never overwritten otherwise).
 """
 
 from __future__ import annotations
@@ -39,17 +42,26 @@ _SHARD = flags.DEFINE_string("shard", "", "i/n: run every n-th cell from i (defa
 _RUN_DIR = flags.DEFINE_string("run_dir", "", "an explicit run directory (resumed if it holds "
                                "the same config)")
 _RESUME = flags.DEFINE_bool("resume", True, "reuse the newest run directory of the same config")
+_ACROSS = flags.DEFINE_bool("resume_across_versions", False, "resume a run directory whose "
+                            "done cells another code version ran (git revision, uncommitted "
+                            "code changes or package versions differ); each cell records its "
+                            "version")
+_GRID = flags.DEFINE_multi_string("grid", [], "FIELD=V1,V2,...: a grid axis over that field of "
+                                  "the config (added, or replacing the config's own axis); "
+                                  "values take the field's type; a list literal "
+                                  "FIELD='[(\"a\", \"b\"), (\"c\",)]' for tuple fields")
 _PUBLISH = flags.DEFINE_bool("publish", False, "also write summary.md and plots to the "
                              "config's publish_dir")
 
 
 def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str = "",
-        resume: bool = True, publish: bool = False, stream=None) -> Path:
+        resume: bool = True, publish: bool = False, resume_across_versions: bool = False,
+        stream=None) -> Path:
   """Runs the study of `config` and returns its run directory.
 
   Raises:
-    ValueError: a bad config, grid or shard, or a plug-in module that does not import
-      (before any cell runs).
+    ValueError: a bad config, grid or shard, a plug-in module that does not import, or a run
+      directory to resume that another code version ran (before any cell runs).
   """
   from infernix_jax.errors import ParameterError
   from infernix_jax.progress import Progress
@@ -66,7 +78,8 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
   i, n = sweep.parse_shard(shard) if shard else sweep.default_shard()
   mine = sweep.shard(all_cells, i, n)
   rd = store.RunDir.open(Path(results_dir), config.study, config.to_dict(),
-                         environment.collect(), (i, n), resume=resume, run_dir=run_dir)
+                         environment.collect(), (i, n), resume=resume, run_dir=run_dir,
+                         across_versions=resume_across_versions)
   todo = [c for c in mine if c.id not in rd.done]
   if hasattr(study, "group"):  # consecutive cells share what the study builds per group
     todo.sort(key=lambda c: tuple(map(str, study.group(c.config))))
@@ -81,10 +94,14 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
     for cell, size in zip(todo, sizes):
       t0 = time.perf_counter()
       seen = 0
+
+      def close(status: str, **extra) -> None:  # the cell's closing line
+        rd.append(cell.id, {"kind": "cell", "status": status, "overrides": cell.overrides,
+                            "seconds": time.perf_counter() - t0, "version": rd.version, **extra})
+
       why = study.skip(cell.config) if hasattr(study, "skip") else None
       if why:  # a cell the grid spells but that repeats another (recorded, not run)
-        rd.append(cell.id, {"kind": "cell", "status": "ok", "skipped": why,
-                            "overrides": cell.overrides, "seconds": 0.0})
+        close("ok", skipped=why, seconds=0.0)
         done_units += size
         continue
       try:
@@ -97,18 +114,14 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
           if record.get("kind") == "request":
             seen = min(seen + 1, size - 1)
             bar.update(done_units + seen, cell=cell.id)
-        rd.append(cell.id, {"kind": "cell", "status": "ok", "overrides": cell.overrides,
-                            "seconds": time.perf_counter() - t0})
+        close("ok")
       except workloads.WorkloadUnavailable as e:  # data absent: skipped with its message
-        rd.append(cell.id, {"kind": "cell", "status": "unavailable", "overrides": cell.overrides,
-                            "seconds": time.perf_counter() - t0, "error": str(e)})
+        close("unavailable", error=str(e))
         print(f"\ncell {cell.id} skipped: {e}", file=stream, flush=True)
       except Exception as e:  # recorded with its error; the sweep goes on
         failed += 1
-        rd.append(cell.id, {"kind": "cell", "status": "error", "overrides": cell.overrides,
-                            "seconds": time.perf_counter() - t0,
-                            "error": f"{type(e).__name__}: {e}",
-                            "traceback": traceback.format_exc(limit=8)})
+        close("error", error=f"{type(e).__name__}: {e}",
+              traceback=traceback.format_exc(limit=8))
         print(f"\ncell {cell.id} failed: {type(e).__name__}: {e}", file=stream, flush=True)
       done_units += size
       bar.update(done_units, cell=cell.id)
@@ -156,7 +169,8 @@ def bad_override(argv: list[str]) -> str | None:
                 + (f" (its fields: {here})" if depth and keys[0] != "grid" else "")
                 + f". The config's fields: {top}; its grid's axes: {axes}. Overrides change "
                   "fields the config declares (--config.FIELD=VALUE for every cell, "
-                  "--config.grid.AXIS=(...) for a declared axis)")
+                  "--config.grid.AXIS=(...) for a declared axis); --grid FIELD=V1,V2 adds an "
+                  "axis over any field")
       node = node[key]
   return None
 
@@ -167,8 +181,10 @@ def main(argv) -> int:
   if _CONFIG.value is None:
     raise app.UsageError("--config=configs/<study>.py is required")
   try:
-    run(_CONFIG.value, results_dir=_RESULTS.value, shard=_SHARD.value, run_dir=_RUN_DIR.value,
-        resume=_RESUME.value, publish=_PUBLISH.value)
+    config = sweep.with_axes(_CONFIG.value, _GRID.value)
+    run(config, results_dir=_RESULTS.value, shard=_SHARD.value, run_dir=_RUN_DIR.value,
+        resume=_RESUME.value, publish=_PUBLISH.value,
+        resume_across_versions=_ACROSS.value)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -8,13 +8,16 @@ values at each leaf:
 
 The cells are the cartesian product over the axes in the grid's key order (ml_collections
 iterates keys sorted by name), the first axis outermost; a study may run them grouped by
-what they share (`group`). A config without a grid is one cell.
+what they share (`group`). A config without a grid is one cell. `with_axes` adds or replaces
+axes from the command line (`--grid temperature=0.0,0.7`).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
@@ -74,6 +77,90 @@ def _lookup(config, path: str, *, where: str):
       raise ValueError(f"{where}: the config has no field {path!r}")
     node = node[part]
   return node
+
+
+def _leaves(config, prefix: str = "") -> list[str]:
+  out = []
+  for key, value in config.items():
+    if key == GRID and not prefix:
+      continue
+    if isinstance(value, ml_collections.ConfigDict):
+      out += _leaves(value, f"{prefix}{key}.")
+    else:
+      out.append(f"{prefix}{key}")
+  return out
+
+
+def _coerce(text: str, current: Any, where: str) -> Any:
+  """One `--grid` value in the type of the field's current value."""
+  try:
+    if isinstance(current, bool):
+      if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError
+      return text.lower() in ("true", "1")
+    if isinstance(current, int):
+      return int(text)
+    if isinstance(current, float):
+      return float(text)
+    if isinstance(current, (tuple, list)):
+      raise ValueError
+    if current is None:
+      try:
+        return ast.literal_eval(text)
+      except (ValueError, SyntaxError):
+        return text
+    return text
+  except ValueError:
+    kind = type(current).__name__
+    hint = (" (a tuple field takes a list literal: FIELD='[(\"a\", \"b\"), (\"c\",)]')"
+            if isinstance(current, (tuple, list)) else "")
+    raise ValueError(f"{where}: {text!r} is not a {kind} like the field's value "
+                     f"{current!r}{hint}") from None
+
+
+def with_axes(config: ml_collections.ConfigDict, specs: Sequence[str]) -> ml_collections.ConfigDict:
+  """A copy of `config` with each spec `FIELD=V1,V2,...` as the grid axis over that field
+  (added, or replacing an axis the config declares). Values are split on commas and take the
+  type of the field's value; a spec whose values start with '[' or '(' is one Python list
+  literal of values (for tuple-valued fields).
+
+  Raises:
+    ValueError: a malformed spec, or a field the config lacks (naming the spec and listing
+      the config's fields).
+  """
+  if not specs:
+    return config
+  out = ml_collections.ConfigDict(config.to_dict())
+  for spec in specs:
+    field, sep, text = (part.strip() for part in spec.partition("="))
+    where = f"--grid {spec}"
+    if not sep or not field or not text:
+      raise ValueError(f"{where}: expected FIELD=V1,V2,... (e.g. --grid temperature=0.0,0.7)")
+    try:
+      current = _lookup(out, field, where=where)
+    except ValueError:
+      raise ValueError(f"{where}: the config has no field {field!r}; its fields: "
+                       f"{', '.join(_leaves(out))}") from None
+    if isinstance(current, ml_collections.ConfigDict):
+      raise ValueError(f"{where}: {field!r} is a group of fields; name one of them: "
+                       f"{', '.join(_leaves(current, field + '.'))}")
+    if text[0] in "[(":
+      try:
+        values = ast.literal_eval(text)
+      except (ValueError, SyntaxError):
+        raise ValueError(f"{where}: {text!r} is not a Python list literal") from None
+      if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{where}: {text!r} is not a non-empty list of values")
+      values = tuple(tuple(v) if isinstance(v, list) else v for v in values)
+    else:
+      values = tuple(_coerce(v.strip(), current, where) for v in text.split(","))
+    node = out
+    for part in [GRID, *field.split(".")[:-1]]:
+      if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+        node[part] = ml_collections.ConfigDict()
+      node = node[part]
+    node[field.split(".")[-1]] = values
+  return out
 
 
 def _format(value: Any) -> str:

@@ -11,8 +11,15 @@ import ml_collections
 import pytest
 
 from experiments import report, run as runner
-from experiments.runner import store, sweep
+from experiments.runner import environment, store, sweep
 from tests.experiments import _configs
+
+
+@pytest.fixture(autouse=True)
+def _one_code_version(monkeypatch):
+  """The checkout's uncommitted changes may change while the tests run (an editor saving):
+  every run here is one code version unless a test says otherwise."""
+  monkeypatch.setattr(environment, "code_diff_hash", lambda: "")
 
 
 def _config(**grid):
@@ -183,3 +190,51 @@ def test_an_override_of_a_missing_field_names_the_flag_and_the_fields():
   assert "config.drafter.options has no field 'nope' (its fields: k, weights)" in msg
   assert runner.bad_override([config, "--config.drafter.options.k=8",
                               "--config.grid.constrained=(True,)"]) is None
+
+
+def test_resume_refuses_another_code_version_unless_asked(tmp_path):
+  """A run directory whose done cells another code version ran is not resumed silently: the
+  refusal names both versions and what differs; --resume_across_versions resumes and each
+  cell's closing line names the version that ran it, which the summary reports."""
+  c = _config(rule=("exact",))
+  d = _run(c, tmp_path)
+  second = "drafter=counterexample/sparse,rule=exact"
+  env = json.loads((d / "environment.json").read_text())
+  env["git"] = {"revision": "0123456789abcdef", "dirty": True, "diff_hash": "feedfacecafe"}
+  env["packages"]["jax"] = "0.0.1"
+  (d / "environment.json").write_text(json.dumps(env))
+  old = "0123456789+feedfacecafe"  # as if that version had run the done cell
+  lines = [{**r, "version": old} if r.get("kind") == "cell" else r for r in store.read_records(d)
+           if r["cell"] != second]  # and the run was stopped before the second cell closed
+  (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+  with pytest.raises(ValueError) as e:
+    _run(c, tmp_path)
+  msg = str(e.value)
+  assert old in msg and "jax 0.0.1 vs" in msg
+  assert "uncommitted code changes feedfacecafe vs" in msg and "--resume_across_versions" in msg
+  assert _run(c, tmp_path, resume=False) != d  # a fresh directory is always allowed
+  assert _run(c, tmp_path, run_dir=str(d), resume_across_versions=True) == d
+  closes = {r["cell"]: r for r in store.read_records(d) if r.get("kind") == "cell"}
+  now = closes[second]["version"]
+  assert closes["drafter=counterexample/dense,rule=exact"]["version"] == old != now
+  recorded = json.loads((d / "environment.json").read_text())
+  assert recorded["git"]["revision"] == "0123456789abcdef"  # the first version is kept
+  assert any("jax 0.0.1 vs" in x for x in recorded["resumed"][-1]["differences"])
+  assert "**Cells from 2 code versions**" in (d / "summary.md").read_text()
+
+
+def test_grid_flag_adds_or_replaces_an_axis_over_any_field():
+  c = _config(rule=("exact",))
+  out = sweep.with_axes(c, ["counter_samples=10,20", "rule=exact,drop-illegal"])
+  ids = [cell.id for cell in sweep.cells(out)]
+  assert len(ids) == 8 and ids[0] == ("counter_samples=10,drafter=counterexample/dense,"
+                                      "rule=exact")
+  assert sweep.cells(out)[1].config.rule == "drop-illegal"
+  assert "counter_samples" not in c.grid  # the config passed in is not changed
+  with pytest.raises(ValueError, match="--grid nope=1: the config has no field 'nope'; "
+                                       "its fields: .*counter_samples"):
+    sweep.with_axes(c, ["nope=1"])
+  with pytest.raises(ValueError, match="'many' is not a int like the field's value 3000"):
+    sweep.with_axes(c, ["counter_samples=10,many"])
+  with pytest.raises(ValueError, match="expected FIELD=V1,V2"):
+    sweep.with_axes(c, ["counter_samples"])
