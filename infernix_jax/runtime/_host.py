@@ -191,6 +191,8 @@ class HostState:
     for i, lane in enumerate(self.lanes):
       if lane is not None and lane.report is not None:
         lane.report.jump_forward_tokens += int(n_forced[i])  # drafted first, whole
+      if lane is not None and lane.trace is not None and lane.finish is None:
+        lane.trace.begin(self.anchor[i], self.limit[i], forced[i, :n_forced[i]])
     self.stats["begin_seconds"] += time.perf_counter() - t0
     return inp
 
@@ -270,6 +272,22 @@ class HostState:
     self.stats["bias_seconds"] += time.perf_counter() - t0
     self.stats["bias_bytes_uploaded"] += buf.nbytes
     return buf
+
+  # --- step 2c: trace (only while a lane is traced) -----------------------------------------
+  def any_traced(self) -> bool:
+    """Whether an active lane records a trace (the round then runs its trace step)."""
+    return any(x is not None and x.trace is not None and x.finish is None for x in self.lanes)
+
+  def trace_round(self, proposed: np.ndarray, n_proposed: np.ndarray, arrays) -> None:
+    """Hands each traced lane its row of the round's device trace (`runtime.trace`).
+
+    Args:
+      proposed: i32[B, K'] the drafts as proposed (before a masked-q redraw); n_proposed:
+        i32[B]; arrays: the round's `trace.TraceArrays` (numpy).
+    """
+    for b, lane in enumerate(self.lanes):
+      if lane is not None and lane.trace is not None and lane.finish is None:
+        lane.trace.device(proposed[b], int(n_proposed[b]), arrays, b)
 
   # --- step 3: commit ------------------------------------------------------------------------
   def commit(self, accepted, tokens, flags, n_drafts) -> tuple[Committed, np.ndarray]:
@@ -362,6 +380,9 @@ class HostState:
         if lane.law is not None:
           lane.law_node = lane.law.advance(lane.law_node, [t for t in out if t not in self.eos])
         lane.publish([t for t in out if t not in self.eos], final=finish is not None)
+        if lane.trace is not None:
+          lane.trace.commit(out, accepted=min(int(accepted[b]), len(out)),
+                            n_drafts=int(n_drafts[b]))
       except Exception as e:  # noqa: BLE001 (a session or stream callback fails its row)
         lane.fail(SessionFailure(f"request {lane.request.request_id}: commit or streaming "
                                  f"raised {type(e).__name__}: {e}", lane.request.request_id))
@@ -446,6 +467,8 @@ class HostState:
         lane.forced_close = True
         final = lane.remaining - len(close) <= 0
         lane.publish(list(close), final=final)
+        if lane.trace is not None:
+          lane.trace.close(close)
       except Exception as e:  # noqa: BLE001
         self._fail(b, lane, "the forced close's commit", e)
         continue

@@ -31,6 +31,7 @@ class Lane:
   forced_close: bool = False  # the thinking budget closed the reasoning block
   law: Any = None  # the faithful law of a sampling_law other than "local" (bias_row, advance)
   law_node: Any = 0  # the law's state after the committed output (ExactFiniteLaw: a trie node)
+  trace: Any = None  # runtime.trace.RequestTrace of a traced request (None: no trace work)
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
@@ -102,9 +103,12 @@ class Lane:
       report.terminated = bool(self.session.terminated)
       report.branch = str(getattr(self.session, "branch", report.branch))  # framed sessions
     err = self.error
-    return GenerationResult(
+    result = GenerationResult(
         request_id=self.request.request_id, token_ids=list(self.output),
         text="".join(self.text_parts), finish_reason=self.finish or FinishReason.ERROR,
         prompt_tokens=len(self.request.prompt_ids), error=str(err) if err else None,
         error_kind=err.kind if err else None, constraint=report, rounds=list(self.rounds),
         wall_seconds=time.perf_counter() - self.t_start, thinking_forced_close=self.forced_close)
+    if self.trace is not None:
+      result.trace = self.trace.to_json(result)
+    return result

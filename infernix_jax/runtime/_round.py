@@ -6,7 +6,8 @@ Vm logits width, D model width, T appended tokens.
   begin (host: limits, forced tokens)
   -> propose (the drafter) -> verify (target over [anchor, drafts])
   -> masks (host lookahead, only when a lane is constrained)
-  -> finish (masked q, masked sampling, acceptance) -> commit (host protocol)
+  -> finish (masked q, masked sampling, acceptance)
+  -> trace (only while a lane is traced: `runtime.trace`) -> commit (host protocol)
   -> advance (the drafter: what was really committed) -> clear lanes that went non-finite
 
 This module is the only caller of drafter hooks (`init`, `propose`, `advance`, `extend`,
@@ -37,6 +38,7 @@ from jax.experimental import io_callback
 from infernix_jax import mask_layout
 from infernix_jax.pallas import OneHotQ
 from infernix_jax.runtime import _deps, _masked_q
+from infernix_jax.runtime import trace as _trace
 from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
 
@@ -189,6 +191,8 @@ _JIT = {
                           donate_argnames=("dstate",)),
     clear_step: jax.jit(clear_step, static_argnames=("drafter",),
                         donate_argnames=("cache", "dstate")),
+    _trace.trace_step: jax.jit(_trace.trace_step,
+                               static_argnames=("vocab_size", "masked_q", "top")),
 }
 
 
@@ -211,6 +215,8 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
       finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
       inp.draft.position, bias, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
       drop_illegal=st.drop_illegal)
+  if io.traced():  # a Python bool: untraced rounds never reach the trace step
+    io.trace(logits, mask, states, enabled, prop, args, inp.draft, bias, st)
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
   draft = io.advance(drafter, args.dparams, draft, out_tokens, counts, hidden)
   cache, draft = io.clear(poisoned, drafter, cache, draft)
@@ -348,6 +354,19 @@ class StagesIO:
       prop = dataclasses.replace(prop, drafts=prop.drafts[:, :width])
     return prop, state
 
+  def traced(self) -> bool:
+    return self.steps.host.any_traced()
+
+  def trace(self, logits, mask, states, enabled, prop, args, inp, bias, st):
+    """The round's trace step (device), read back for the traced lanes' records."""
+    t0 = time.perf_counter()
+    arrays = self.device(_trace.trace_step, logits, mask, states, enabled, prop, args.params,
+                         inp.seed, inp.position, bias, vocab_size=st.vocab_size,
+                         masked_q=st.masked_q and st.drafter.sampling)
+    proposed, n, arrays = jax.device_get((prop.drafts, prop.n, arrays))
+    self.steps.host.trace_round(np.asarray(proposed), np.asarray(n), arrays)
+    self.steps.host.stats["trace_seconds"] += time.perf_counter() - t0
+
   def advance(self, drafter, params, state, tokens, counts, hidden):
     if drafter.on_device:
       return self.device(advance_step, drafter, params, state, tokens, counts, hidden)
@@ -439,6 +458,9 @@ class CallbackIO:
 
   def span(self, lengths, p, cache):
     return None  # traced lengths: one compiled loop attends over the whole capacity
+
+  def traced(self) -> bool:
+    return False  # the engine refuses traced requests on this bridge (submit)
 
   def propose(self, drafter, params, state, inp):
     """Device drafters inline; host drafters through a callback on the steps' own state

@@ -126,8 +126,10 @@ class Engine:
     session, report = build_session(request, self.compiler) if (
         request.constraint is not None or request.tools is not None) else (None, None)
     law = self._law(request, session, report) if request.sampling_law != "local" else None
+    trace = self._trace(request, session) if request.trace else None
     lane = Lane(request=request, session=session, report=report, vocab=self.vocab,
-                tracker=_thinking.tracker_for(request, session, self.vocab), law=law)
+                tracker=_thinking.tracker_for(request, session, self.vocab), law=law,
+                trace=trace)
     self.host.waiting.append(lane)
     return request.request_id
 
@@ -183,6 +185,21 @@ class Engine:
       report.law_forwards, report.law_tokens = law.cost.forwards, law.cost.tokens
       report.law_seconds = seconds
     return law
+
+  def _trace(self, request: GenerationRequest, session):
+    """The RequestTrace of a traced request.
+
+    Raises:
+      FeatureConflictError: the callback bridge (its compiled loop has no trace step).
+    """
+    from infernix_jax.constrain.errors import FeatureConflictError
+    from infernix_jax.runtime import trace
+    if self.bridge != "stages":
+      raise FeatureConflictError(
+          f"trace=True needs the engine's stages bridge (got bridge={self.bridge!r}): the "
+          f"callback loop runs no trace step; use bridge='stages' or drop trace")
+    return trace.RequestTrace(request, self.vocab, trace.meta_of(
+        request, session, self.drafter, masked_q=self.masked_q, bridge=self.bridge))
 
   def cancel(self, request_id: str) -> bool:
     """Cancels a queued or running request (it commits nothing afterwards)."""

@@ -106,6 +106,9 @@ class GenerationRequest:
   # tolerance > 0 expands the trie best first until μ* restricted to the members found is
   # within that total variation of μ* (certified), skipping improbable tokenizations.
   law_tolerance: float = 0.0
+  # Record a per-token trace (`runtime.trace`: drafts, verification, origins) into
+  # GenerationResult.trace; off by default (untraced requests do no trace work).
+  trace: bool = False
 
   def __post_init__(self):
     if not self.request_id:
@@ -130,6 +133,8 @@ class GenerationRequest:
                            f">= 1")
     if not self.prompt_ids:
       raise ParameterError("prompt", "the prompt is empty: give at least one token")
+    if not isinstance(self.trace, bool):
+      raise ParameterError("trace", f"trace={self.trace!r} must be true or false")
     for name in ("thinking_budget", "max_drafts"):
       value = getattr(self, name)
       if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -207,6 +212,9 @@ class GenerationResult:
   rounds: list[RoundStat] = dataclasses.field(default_factory=list)
   wall_seconds: float = 0.0  # submit to finish (queue wait, prefill and decoding)
   thinking_forced_close: bool = False  # the thinking budget closed the reasoning block
+  # The request's trace (GenerationRequest.trace): a JSON-ready dict, docs/CONTRACTS.md
+  # "Generation traces"; None when not asked for. Not part of `to_dict`.
+  trace: dict | None = dataclasses.field(default=None, repr=False)
 
   @property
   def drafted(self) -> int:
