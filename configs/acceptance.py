@@ -12,11 +12,16 @@ ids line up (JSON schemas, BFCL questions), so no drafter saw them in training.
 
 import ml_collections
 
+VARIANTS = ("", "k", "backend", "smoke")  # get_config's variants ("": the default)
+
 
 def base() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "decode"
   c.title = "Acceptance under constraints"
+  c.question = (
+      "How many tokens per round does each drafter get accepted under a grammar, and how "
+      "much do the constraint, masked q and jump-forward change it?")
   c.description = (
       "Accepted length and acceptance per draft position of every drafter, with the "
       "grammar's constraint on and off, masked q on and off, grammar jump-forward on and off, "
@@ -57,6 +62,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   elif variant == "k":
     c.publish_dir = "docs/results/acceptance_k"
     c.title = "Acceptance under constraints: draft length K"
+    c.question = (
+        "How does the draft length K change accepted length and acceptance by draft "
+        "position under constraints?")
     g.drafter = ml_collections.ConfigDict()
     g.drafter.name = ("ngram", "mtp", "dflash")
     g.drafter.options = ml_collections.ConfigDict()
@@ -65,6 +73,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   elif variant == "backend":
     c.publish_dir = "docs/results/acceptance_backend"
     c.title = "Acceptance under constraints: constraint backends"
+    c.question = (
+        "Does the constraint backend (xgrammar, llguidance or auto) change acceptance or "
+        "speed?")
     c.workloads = ("jsonschema:Github_easy", "regex:dates")
     c.drafter.jump_forward = True
     g.drafter = ml_collections.ConfigDict()

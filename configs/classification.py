@@ -9,11 +9,16 @@ trie-constrained answers, identical prompts, on TREC (42 labels), Banking77 (77)
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "classification"
   c.title = "Classification: prompt engineering vs trie-constrained answers"
+  c.question = (
+      "Does constraining the answer to the label set with a trie classify better than "
+      "prompt engineering alone?")
   c.model = ""               # "" = embedded SmolLM2
   c.dataset = "trec"
   c.mode = "pe"              # pe | trie

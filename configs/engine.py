@@ -11,10 +11,15 @@ import ml_collections
 
 from configs import acceptance
 
+VARIANTS = ("", "quick")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = acceptance.base()
   c.title = "Engine benchmark"
+  c.question = (
+      "How fast is each drafter, and how much of a round is host time, on JSON-Schema "
+      "requests and on the same prompts unconstrained?")
   c.description = ("Tokens/s and host share per drafter on JSON-Schema requests "
                    "(JSONSchemaBench Github_trivial) and the same prompts unconstrained.")
   c.workloads = ("jsonschema:Github_trivial",)

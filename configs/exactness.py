@@ -7,11 +7,16 @@ a/b/x counter-example and a drafter x masked q grid at T = 1 (tiny random target
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "exactness"
   c.title = "Exactness: the acceptance rule vs the naive drop-illegal rule"
+  c.question = (
+      "Does the acceptance rule keep the target's constrained distribution exactly, where "
+      "the naive drop-illegal rule does not?")
   c.drafter = "counterexample/dense"  # a counter-example, or a registered drafter [/sampling]
   # The engine cells' drafter options; each drafter takes its own fields (the draft model is a
   # second tiny random model; "/sampling" samples its drafts).

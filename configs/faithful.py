@@ -7,6 +7,8 @@ of the local law to μ*, exact-finite's engine samples, its cost and accepted le
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 # Balanced brackets, depth <= 2. On SmolLM2's vocabulary every tokenization counts: DYCK is
 # 12 strings, 780 token sequences (1,400 trie nodes); DYCK_BRACKETS 42 strings, 831 sequences
 # (1,530 nodes); DYCK_SMALL 6 strings, 92 sequences (163 nodes).
@@ -19,6 +21,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "faithful"
   c.title = "Grammar-faithful sampling: the local law vs μ* on a bounded Dyck grammar"
+  c.question = (
+      "How far is the local (token-masked) law from the grammar-faithful law μ* on a "
+      "bounded Dyck grammar, and what does exact sampling cost?")
   c.model = None  # the embedded SmolLM2-135M-Instruct
   c.grammar = DYCK
   c.prompt = "Write a short sequence of balanced parentheses."

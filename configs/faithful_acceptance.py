@@ -8,11 +8,16 @@ mtp and dflash under sampling_law="exact-finite" vs "local" on finite constraint
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "faithful_acceptance"
   c.title = "Does faithfulness cost speed? Accepted length under exact-finite vs local"
+  c.question = (
+      "Does drafting against the exact-finite law cost accepted length compared with the "
+      "local law?")
   c.model = None  # the embedded SmolLM2-135M-Instruct
   c.constraint = "tools"  # a key of faithful_acceptance.CONSTRAINTS: tools | dyck | json
   c.drafter = "ngram"  # a key of faithful_acceptance.DRAFTERS

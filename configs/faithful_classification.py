@@ -8,11 +8,16 @@ and "exact-finite" (the label-level argmax of the target), item by item.
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "faithful_classification"
   c.title = "Classification under μ* vs the local law: label-level argmax vs token-level greedy"
+  c.question = (
+      "Does the label-level argmax under μ* classify better than token-level greedy "
+      "decoding under the local law?")
   c.model = ""               # "" = embedded SmolLM2
   c.dataset = "trec"
   c.template = "pe"          # the classification study's prompt

@@ -9,6 +9,8 @@ import ml_collections
 
 from configs import train_mtp
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = train_mtp.base()

@@ -7,6 +7,8 @@ Override any field: --config.steps=200 --config.workdir=/tmp/mtp
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def base() -> ml_collections.ConfigDict:
   """Fields shared by the drafter training runs."""

@@ -8,11 +8,16 @@ Large Finite Sets", arXiv:2608.12574) against XGrammar and LLGuidance (study "tr
 
 import ml_collections
 
+VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.study = "trie"
   c.title = "Trie automata for large finite sets: compile, per-step and batch costs"
+  c.question = (
+      "What do trie automata over large finite sets cost to compile, per decode step and "
+      "per batch, as in the trie paper?")
   c.section = "main"
   c.data_dir = "../shared/data"          # shared data folder (tokenizers, labels), repo-relative
   c.main_vocab = "qwen3"                 # vocabulary of the main K sweep (the paper's Qwen3-8B)

@@ -1,6 +1,7 @@
 """Rebuilds a study's summary.md and plots from one or more run directories (shards merged).
 
   python -m experiments.report DIR [DIR ...] [--out=DIR] [--publish]
+  python -m experiments.report --index      # docs/results/README.md, the index of results
 
 The directories must hold the same config (the shards of one sweep); each cell's records come
 from the first directory that closed it successfully. The summary goes to --out (default: the
@@ -66,6 +67,7 @@ def _header(config: dict, run_dirs, records, failures) -> str:
   dev = env.get("device", {})
   pk = env.get("packages", {})
   lines = [f"# Study: {config.get('title') or config['study']}", "",
+           *([f"**Question.** {config['question']}", ""] if config.get("question") else []),
            f"Written by `python -m experiments.report` from {len(run_dirs)} run "
            f"director{'y' if len(run_dirs) == 1 else 'ies'}; {len(cells)} of {total} cells done, "
            f"{len(failures)} failed. The resolved config is each run's config.json.", "",
@@ -108,8 +110,19 @@ def build(run_dirs, *, out_dir=None, publish_dir: str = "") -> Path:
 
 
 def main(argv) -> int:
+  if flags.FLAGS.index:
+    if len(argv) > 1:
+      raise app.UsageError("--index takes no run directories")
+    from experiments.runner import index
+
+    try:
+      print(index.build())
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    return 0
   if len(argv) < 2:
-    raise app.UsageError("give one or more run directories")
+    raise app.UsageError("give one or more run directories (or --index)")
   try:
     dirs = [Path(a) for a in argv[1:]]
     config = json.loads((dirs[0] / store.CONFIG).read_text()) \
@@ -126,4 +139,6 @@ def main(argv) -> int:
 if __name__ == "__main__":
   flags.DEFINE_string("out", "", "where summary.md and plots go (default: the first DIR)")
   flags.DEFINE_bool("publish", False, "also write them to the config's publish_dir")
+  flags.DEFINE_bool("index", False, "write docs/results/README.md: every published study with "
+                    "its question, headline figure, plots, command, date and revision")
   app.run(main)

@@ -1,0 +1,50 @@
+"""The results index: every publishing config variant, with its question, headline, plots,
+command, date and revision; variants not published yet listed apart."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+from experiments import run as runner
+from experiments.runner import index
+from tests.experiments import _configs
+
+
+def test_every_config_variant_loads_and_publishes_to_its_own_folder():
+  seen = {}
+  for path, variant, config in index._config_variants(_configs.ROOT / "configs"):
+    folder = config.get("publish_dir", "")
+    if folder:
+      assert folder not in seen, (path, variant, seen[folder])
+      seen[folder] = (path.name, variant)
+      assert config.get("question", "").endswith("?"), (path.name, variant)
+  assert len(seen) >= 9
+
+
+def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
+  (tmp_path / "configs").mkdir()
+  text = (_configs.ROOT / "configs" / "exactness.py").read_text()
+  (tmp_path / "configs" / "exactness.py").write_text(text)
+  (tmp_path / "configs" / "faithful.py").write_text(
+      (_configs.ROOT / "configs" / "faithful.py").read_text())  # publishes, but not here
+  c = _configs.load("exactness")
+  c.counter_samples, c.samples = 2000, 400
+  c.grid.drafter = ("counterexample/dense",)
+  c.grid.rule = ("exact", "drop-illegal")
+  c.publish_dir = str(tmp_path / "docs/results/exactness")
+  d = runner.run(c, results_dir=str(tmp_path / "results"), publish=True, stream=io.StringIO())
+  shutil.copytree(d, tmp_path / "docs/results/exactness/run")
+  (tmp_path / "docs/results/kernels.md").write_text("# Kernel benchmark\n\nnumbers\n")
+  out = index.build(root=tmp_path)
+  page = out.read_text()
+  assert out == tmp_path / "docs/results/README.md"
+  assert "## Exactness: the acceptance rule vs the naive drop-illegal rule" in page
+  assert f"**Question.** {c.question}" in page
+  assert "`python -m experiments.run --config=configs/exactness.py --publish`" in page
+  assert "[exactness/summary.md](exactness/summary.md)" in page
+  assert "published uncommitted at git" in page  # not a git checkout: no commit date
+  pngs = sorted(p.name for p in (tmp_path / "docs/results/exactness").glob("*.png"))
+  assert pngs and all(f"(exactness/{name})" in page for name in pngs)
+  assert "## Not published yet" in page and "`configs/faithful.py`" in page
+  assert "- [Kernel benchmark](kernels.md)" in page
