@@ -12,7 +12,7 @@ ids line up (JSON schemas, BFCL questions), so no drafter saw them in training.
 
 import ml_collections
 
-VARIANTS = ("", "k", "backend", "smoke")  # get_config's variants ("": the default)
+VARIANTS = ("", "k", "backend", "flagship", "smoke")  # get_config's variants ("": the default)
 
 
 def base() -> ml_collections.ConfigDict:
@@ -29,7 +29,10 @@ def base() -> ml_collections.ConfigDict:
       "constraints across drafters; this one does, on the embedded SmolLM2-135M-Instruct.")
   c.model = ""                    # "" = embedded SmolLM2; "tiny-random"; or a GGUF path
   c.workloads = ("jsonschema:Github_easy", "bfcl:simple_python", "regex:dates")
-  c.per_workload = 4
+  c.per_workload = 4              # prompts per workload (per batch, with a target width)
+  c.target_width = 0.0            # > 0: a cell grows in batches of new prompts until the 95%
+  c.max_units = 0                 #   interval of its accepted length is this wide, or it has
+                                  #   run max_units requests (0 = fixed per_workload)
   c.split = "validation"          # items in the drafters' validation split ("" = any)
   c.seed = 0
   c.max_tokens = 48               # 0 = each item's own budget
@@ -81,6 +84,23 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     g.drafter = ml_collections.ConfigDict()
     g.drafter.name = ("ngram", "mtp")
     g.backend = ("xgrammar", "llguidance")
+  elif variant == "flagship":
+    # The full acceptance table: every drafter with a shipped draft model, each axis, each
+    # K, cells sized to +-0.05 on accepted length (or 96 requests). Hours on a CPU: shard it
+    # (--shard or a SLURM array) and merge the shards with experiments.report.
+    c.publish_dir = "docs/results/acceptance_flagship"
+    c.title = "Acceptance under constraints: the full table"
+    c.target_width = 0.1
+    c.max_units = 96
+    c.per_workload = 8
+    g.drafter = ml_collections.ConfigDict()
+    g.drafter.name = ("none", "ngram", "mtp", "dflash", "dflash2")
+    g.drafter.jump_forward = (False, True)
+    g.drafter.options = ml_collections.ConfigDict()
+    g.drafter.options.k = (2, 4, 8)
+    g.masked_q = (True, False)
+    g.constrained = (True, False)
+    g.temperature = (0.0, 0.7)
   elif variant == "smoke":
     c.model = "tiny-random"
     c.workloads = ("regex:dates",)
@@ -94,5 +114,5 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.publish_dir = ""
     g.constrained = (True, False)
   else:
-    raise ValueError(f"unknown variant {variant!r}: main, k, backend, smoke")
+    raise ValueError(f"unknown variant {variant!r}: main, {', '.join(VARIANTS[1:])}")
   return c

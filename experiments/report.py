@@ -81,6 +81,15 @@ def _header(config: dict, run_dirs, records, failures) -> str:
     lines += [f"**Cells from {len(versions)} code versions**: "
               + ", ".join(f"{v} ({n} cells)" for v, n in versions.most_common())
               + "; each cell's closing line in runs.jsonl names its version.", ""]
+  sized = [r["sample"] for r in records if r.get("kind") == "cell" and r.get("sample")]
+  if sized:  # cells sized by a target interval width
+    why = collections.Counter(s["stopped"] for s in sized)
+    lines += [f"Cell sizes: grown in batches until the 95% interval of the study's target "
+              f"figure was {sized[0]['target_width']:g} wide or at most {config.get('max_units')}"
+              f" requests ran: {why['reached']} cells reached the width, {why['cap']} hit the "
+              f"cap, {why['exhausted']} ran out of prompts (widest left "
+              f"{max(s['width'] for s in sized):.3g}; each cell's closing line records its "
+              "width, requests and batches).", ""]
   if failures:
     lines += ["## Cells not done", "", "| cell | status | error |", "|---|---|---|"]
     lines += [f"| {f['cell']} | {f['status']} | {f['error'][:200].replace('|', '/')} |"

@@ -105,7 +105,13 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
         done_units += size
         continue
       try:
-        for record in study.run_cell(cell.config, ctx):
+        records = sized_records(study, cell.config, ctx)
+        while True:
+          try:
+            record = next(records)
+          except StopIteration as stopped:  # the cell is done; how its size was reached
+            sample = stopped.value
+            break
           if record.get("kind") == "progress":  # one work unit done; not a result to store
             seen = min(seen + 1, size - 1)
             bar.update(done_units + seen, cell=cell.id, item=record.get("item", ""))
@@ -114,7 +120,7 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
           if record.get("kind") == "request":
             seen = min(seen + 1, size - 1)
             bar.update(done_units + seen, cell=cell.id)
-        close("ok")
+        close("ok", **({"sample": sample} if sample else {}))
       except workloads.WorkloadUnavailable as e:  # data absent: skipped with its message
         close("unavailable", error=str(e))
         print(f"\ncell {cell.id} skipped: {e}", file=stream, flush=True)
@@ -134,6 +140,55 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
   print(f"# {len(todo) - failed} cells ran, {failed} failed; summary: "
         f"{rd.path / 'summary.md'}", file=stream, flush=True)
   return rd.path
+
+
+def sized_records(study, c, ctx):
+  """The records of one cell: `study.run_cell(c, ctx)`'s, and where the config asks for a
+  target interval width (`c.target_width` > 0) further batches `run_cell(c, ctx, batch=b)`
+  (b = 1, 2, ...: new units, disjoint from the batches before) until the study's 95% interval
+  of its target figure (`study.interval(records, c)`) is that narrow, `c.max_units` requests
+  have run, or a batch brings none (the source is exhausted). Records then carry their batch.
+
+  Returns (as the generator's value): None for a fixed size, else {"target_width", "width",
+  "point", "units", "batches", "stopped": "reached" | "cap" | "exhausted"}.
+
+  Raises:
+    ValueError: a negative width, a target width without a positive `max_units` cap, or a
+      study that has no interval to target (named).
+  """
+  import math
+
+  target = float(c.get("target_width", 0) or 0)
+  if target == 0:
+    yield from study.run_cell(c, ctx)
+    return None
+  cap = int(c.get("max_units", 0) or 0)
+  if target < 0 or cap <= 0:
+    raise ValueError(f"config.target_width={target}, config.max_units={cap}: a target "
+                     "interval width is positive and needs a positive cap on the requests "
+                     "per cell")
+  if not hasattr(study, "interval"):
+    raise ValueError(f"config.target_width={target}: the {c.study!r} study has no target "
+                     "figure to size cells by; set target_width=0 and a fixed size")
+  kept, units, batch = [], 0, 0
+  while True:
+    fresh = 0
+    for record in study.run_cell(c, ctx, **({"batch": batch} if batch else {})):
+      if record.get("kind") == "progress":
+        yield record
+        continue
+      fresh += record.get("kind") == "request"
+      kept.append(record)
+      yield {**record, "batch": batch}
+    units += fresh
+    point, low, high = study.interval(kept, c)
+    width = high - low if not (math.isnan(low) or math.isnan(high)) else math.inf
+    stopped = ("reached" if width <= target else "exhausted" if not fresh
+               else "cap" if units >= cap else None)
+    if stopped:
+      return {"target_width": target, "width": width, "point": point, "units": units,
+              "batches": batch + 1, "stopped": stopped}
+    batch += 1
 
 
 def bad_override(argv: list[str]) -> str | None:

@@ -238,3 +238,64 @@ def test_grid_flag_adds_or_replaces_an_axis_over_any_field():
     sweep.with_axes(c, ["counter_samples=10,many"])
   with pytest.raises(ValueError, match="expected FIELD=V1,V2"):
     sweep.with_axes(c, ["counter_samples"])
+
+
+class _CoinStudy:
+  """A study of a coin's heads rate: each batch is 20 new flips (requests), at most
+  `c.flips` in all; its target figure is the rate with its bootstrap interval."""
+
+  @staticmethod
+  def run_cell(c, ctx, batch=0):
+    import numpy as np
+
+    rng = np.random.default_rng(100 + batch)
+    for i in range(20 * batch, min(20 * (batch + 1), c.flips)):
+      yield {"kind": "request", "item": i, "heads": int(rng.random() < 0.3)}
+    yield {"kind": "measurement", "batch_flips": 20}
+
+  @staticmethod
+  def interval(records, c):
+    from experiments.runner import stats
+
+    reqs = [r for r in records if r.get("kind") == "request"]
+    return stats.bootstrap(reqs, lambda rs: sum(r["heads"] for r in rs) / len(rs),
+                           resamples=400)
+
+
+def _sized(**fields):
+  c = ml_collections.ConfigDict({"study": "coin", "flips": 1000, "target_width": 0.0,
+                                 "max_units": 0, **fields})
+  records = runner.sized_records(_CoinStudy, c, None)
+  out = []
+  while True:
+    try:
+      out.append(next(records))
+    except StopIteration as stopped:
+      return out, stopped.value
+
+
+def test_cells_grow_until_their_interval_is_as_narrow_as_asked():
+  """A target width adds batches of new units until the interval is that narrow; the cap and
+  an exhausted source stop it too, and the closing record says which happened."""
+  fixed, sample = _sized()
+  assert sample is None and len(fixed) == 21 and "batch" not in fixed[0]
+  records, sample = _sized(target_width=0.2, max_units=1000)
+  reqs = [r for r in records if r["kind"] == "request"]
+  assert sample["stopped"] == "reached" and sample["width"] <= 0.2
+  assert sample["units"] == len(reqs) == 20 * sample["batches"] and sample["batches"] > 1
+  assert len({r["item"] for r in reqs}) == len(reqs)  # batches are disjoint
+  assert [r["batch"] for r in records if r["kind"] == "measurement"] == list(
+      range(sample["batches"]))
+  # One batch fewer would not have reached the width.
+  shorter = [r for r in reqs if r["batch"] < sample["batches"] - 1]
+  _, low, high = _CoinStudy.interval(shorter, None)
+  assert high - low > 0.2
+  _, sample = _sized(target_width=0.01, max_units=60)
+  assert sample["stopped"] == "cap" and sample["units"] == 60 and sample["width"] > 0.01
+  _, sample = _sized(target_width=0.01, max_units=10000, flips=50)
+  assert sample["stopped"] == "exhausted" and sample["units"] == 50
+  with pytest.raises(ValueError, match="needs a positive cap"):
+    _sized(target_width=0.1)
+  c = ml_collections.ConfigDict({"study": "coin", "target_width": 0.1, "max_units": 100})
+  with pytest.raises(ValueError, match="the 'coin' study has no target figure"):
+    next(runner.sized_records(type("Fixed", (), {"run_cell": _CoinStudy.run_cell}), c, None))
