@@ -46,6 +46,8 @@ class Completion:
     stats: rounds, drafted, accepted, accepted_length, acceptance_rate, tokens_per_second,
       wall_seconds, and the constraint's report under "constraint" (None when free).
     result: the engine's `runtime.GenerationResult`.
+    trace: the generation trace (`prepare(..., trace=True)`; docs/CONTRACTS.md "Generation
+      traces"), None otherwise; `infernix_jax.trace_page.write([trace], path)` draws it.
   """
 
   text: str
@@ -59,6 +61,7 @@ class Completion:
   prompt_tokens: int
   stats: dict
   result: Any = dataclasses.field(repr=False, default=None)
+  trace: dict | None = dataclasses.field(repr=False, default=None)
 
   def json(self) -> Any:
     """The content parsed as JSON (raises json.JSONDecodeError when it is not JSON)."""
@@ -218,7 +221,8 @@ class LLM:
               stop: Sequence[str] | str | None = None, thinking_budget: int | None = None,
               on_token: Callable | None = None, request_id: str = "",
               max_drafts: int | None = None,
-              sampling_law: str = "local", law_tolerance: float = 0.0) -> PreparedRequest:
+              sampling_law: str = "local", law_tolerance: float = 0.0,
+              trace: bool = False) -> PreparedRequest:
     """Validates a request and compiles its constraint (the compile cache keeps it).
 
     Args:
@@ -251,6 +255,8 @@ class LLM:
       law_tolerance: exact-finite sampling only: 0 computes the law over every output;
         a tolerance in (0, 1) stops once the outputs left out weigh at most that total
         variation (certified: stats['constraint']['law_tv_bound']); far cheaper on large sets.
+      trace: record a per-token trace of the generation (`Completion.trace`): drafts, their
+        verification, legal sets and each token's origin; costs a little decoding speed.
 
     Raises:
       RequestError: an invalid parameter (its name in `.param`, the location inside it in the
@@ -294,7 +300,8 @@ class LLM:
                                 stop=tuple(stop or ()), on_token=on_token,
                                 thinking_budget=thinking_budget, backend=backend,
                                 request_id=request_id, max_drafts=max_drafts,
-                                sampling_law=sampling_law, law_tolerance=law_tolerance)
+                                sampling_law=sampling_law, law_tolerance=law_tolerance,
+                                trace=trace)
     request.validate()
     self.engine.check_fits(request)
     if text is None:
@@ -353,11 +360,13 @@ class LLM:
     stats = result.to_dict()["stats"]
     stats.pop("per_round")
     stats["constraint"] = result.constraint.to_dict() if result.constraint else None
+    if result.trace is not None:
+      result.trace["meta"].setdefault("model", self.model_name)
     return Completion(text=result.text, content=content, reasoning=reasoning,
                       tool_calls=calls, token_ids=list(result.token_ids),
                       finish_reason=result.finish_reason.value, error=result.error,
                       prompt=prepared.prompt, prompt_tokens=len(prepared.request.prompt_ids),
-                      stats=stats, result=result)
+                      stats=stats, result=result, trace=result.trace)
 
   def generate(self, prompt, **options) -> Completion:
     """Generates one output; keyword options as `prepare`. Returns a `Completion`."""

@@ -108,6 +108,10 @@ flags.DEFINE_string("mesh", None, "Shard the model over a device mesh, e.g. tp=2
                     "lanes (data parallel; the CLI decodes one lane, so dp > 1 only "
                     "replicates); dp * tp must divide the device count (default: one device).")
 flags.DEFINE_string("json-out", None, "Write the full result as JSON to this file.")
+flags.DEFINE_string("trace", None, "Record the generation's per-token trace (drafts, "
+                    "verification, legal sets, each token's origin) and write it as JSON to "
+                    "this file; draw it with `infernix-jax trace view FILE` (costs a little "
+                    "speed; the stages bridge only).")
 flags.DEFINE_boolean("stream", True, "Print tokens as they are committed.")
 flags.DEFINE_boolean("warmup", True, "Compile the stages with 2-token runs first (free and "
                      "constrained), so tokens/s measures decoding, not compilation.")
@@ -203,6 +207,9 @@ def _validate() -> None:
   f = FLAGS
   if f.unconstrained and _constraint_flags_given():
     raise UsageError("--unconstrained conflicts with the constraint flags; drop one")
+  if f.trace is not None and f.bridge != "stages":
+    raise UsageError(f"--trace needs --bridge=stages (got --bridge={f.bridge}): the callback "
+                     f"bridge's compiled loop runs no trace step")
   for name in ("tools-file", "json-schema-file", "grammar-file"):
     path = f[name].value
     if path is not None and not Path(path).is_file():
@@ -274,7 +281,8 @@ def _request(prompt_ids, constraint, tools, *, on_token=None):
                               thinking_budget=f["thinking-budget"].value,
                               backend=None if f.backend == "auto" else f.backend,
                               sampling_law=f["sampling-law"].value,
-                              law_tolerance=f["law-tolerance"].value)
+                              law_tolerance=f["law-tolerance"].value,
+                              trace=f.trace is not None)
   try:
     request.validate()
   except ParameterError as e:
@@ -409,7 +417,8 @@ def generate() -> dict:
       engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
       if constraint is not None:  # the constrained round compiles Finish with a mask
         engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2, constraint=constraint,
-                                           backend=None if f.backend == "auto" else f.backend)])
+                                           backend=None if f.backend == "auto" else f.backend,
+                                           trace=f.trace is not None)])
   request = _request(ids, constraint, tools, on_token=stream)
   try:
     engine.check_fits(request)
@@ -436,6 +445,12 @@ def generate() -> dict:
   if f["json-out"].value:
     with open(f["json-out"].value, "w", encoding="utf-8") as fh:
       json.dump(out, fh, indent=1)
+  if f.trace is not None and result.trace is not None:
+    result.trace["meta"]["model"] = Path(str(source)).name
+    Path(f.trace).parent.mkdir(parents=True, exist_ok=True)
+    with open(f.trace, "w", encoding="utf-8") as fh:
+      json.dump(result.trace, fh, ensure_ascii=False, allow_nan=False)
+    print(f"--- trace written to {f.trace} (draw it: infernix-jax trace view {f.trace})")
   return out
 
 

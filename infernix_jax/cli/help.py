@@ -19,7 +19,12 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "bridge")),
     ("sampling", ("temperature", "top-k", "top-p", "min-p", "seed", "presence-penalty",
                   "frequency-penalty", "max-tokens", "sampling-law", "law-tolerance")),
-    ("output", ("json-out", "stream", "warmup", "compile-cache")),
+    ("output", ("json-out", "trace", "stream", "warmup", "compile-cache")),
+)
+
+# `trace view FILE [FILE2]`: the page's flags.
+TRACE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("page", ("out", "title")),
 )
 
 # `serve`: the server's own flags, then the model and drafting flags it shares with generate.
@@ -38,6 +43,10 @@ INTROS = {
     "serve": ("An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
               "/v1/models, /health) on one engine shared by every connection; output "
               "constraints, tools, sampling and speculative options are per request."),
+    "trace": ("Draws generation traces (generate --trace FILE) as one self-contained HTML "
+              "page: each token coloured by origin, a hover panel with the round's drafts, "
+              "the target's top-k and the legal-set size, and a strip chart; two files are "
+              "drawn side by side."),
 }
 
 _WIDTH = 88
@@ -80,8 +89,9 @@ def _flag_text(flag: flags.Flag) -> str:
 
 def format_help(flag_values: flags.FlagValues = flags.FLAGS, command: str = "generate") -> str:
   """The help text of a command: usage, then each group's flags with their help and default."""
-  groups = SERVE_GROUPS if command == "serve" else GROUPS
-  parts = [USAGE.replace("generate|serve", command), "", textwrap.fill(INTROS[command], _WIDTH),
+  groups = {"serve": SERVE_GROUPS, "trace": TRACE_GROUPS}.get(command, GROUPS)
+  usage = "trace view FILE [FILE2]" if command == "trace" else command
+  parts = [USAGE.replace("generate|serve", usage), "", textwrap.fill(INTROS[command], _WIDTH),
            ""]
   for heading, names in groups:
     parts.append(f"{heading}:")

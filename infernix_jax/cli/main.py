@@ -1,4 +1,5 @@
-"""`infernix-jax generate|serve`: the command line, above the runtime and the server."""
+"""`infernix-jax generate|serve|trace view`: the command line, above the runtime and the
+server."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from absl import app, flags
 
 from infernix_jax.cli import generate as _generate  # defines the shared and generate flags
 from infernix_jax.cli import serve as _serve  # defines the server's flags
+from infernix_jax.cli import trace as _trace  # defines trace view's flags
 
 FLAGS = flags.FLAGS
-COMMANDS = ("generate", "serve")
+COMMANDS = ("generate", "serve", "trace")
 HELP_ARGS = ("-h", "--help", "-help", "--helpshort", "-?")
 
 
@@ -29,11 +31,20 @@ def _run_serve() -> int:
 
 
 def main(argv) -> int:
-  """absl entry point: `generate` or `serve`."""
+  """absl entry point: `generate`, `serve` or `trace view FILE [FILE2]`."""
   args = argv[1:]
+  if args and args[0] == "trace":
+    from infernix_jax.trace_page import TraceFormatError
+    try:
+      _trace.view(args[1:])
+    except (_trace.TraceUsageError, TraceFormatError, FileNotFoundError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    return 0
   if len(args) != 1 or args[0] not in COMMANDS:
     print(f"error: expected a command, generate or serve, got {' '.join(args) or 'nothing'} "
-          f"(usage: infernix-jax generate|serve [--flags]; --help lists them)", file=sys.stderr)
+          f"(usage: infernix-jax generate|serve [--flags], or {_trace.USAGE}; --help lists "
+          f"them)", file=sys.stderr)
     return 2
   from infernix_jax.constrain.errors import ConstraintError
   from infernix_jax.errors import ParameterError
@@ -56,7 +67,7 @@ def run() -> None:
   if any(a in HELP_ARGS for a in sys.argv[1:]):
     # absl's --help lists only the main module's key flags and exits 1: print ours instead.
     from infernix_jax.cli import help as cli_help
-    command = "serve" if "serve" in sys.argv[1:] else "generate"
+    command = next((c for c in sys.argv[1:] if c in COMMANDS), "generate")
     print(cli_help.format_help(command=command))
     sys.exit(0)
 

@@ -4,7 +4,8 @@ Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET 
 (200 once the model is loaded and warm, 503 before). Bad requests get a 4xx with OpenAI's
 error shape `{"error": {"message", "type", "param", "code"}}`; the server keeps serving.
 Every request decodes on the one shared engine (`Scheduler`); a client that disconnects
-cancels its own request only.
+cancels its own request only. A body with `"trace": true` gets the generation trace as the
+response's top-level `trace` field (streamed: on the chunk that carries the finish reason).
 """
 
 from __future__ import annotations
@@ -226,8 +227,11 @@ def _response(state: ServerState, rid: str, chat: bool, completion) -> dict:
     choice = {"index": 0, "text": completion.text, "finish_reason": _finish_reason(completion),
               "logprobs": None}
     obj = "text_completion"
-  return {"id": rid, "object": obj, "created": created, "model": state.model_id,
-          "choices": [choice], "usage": _usage(state, completion)}
+  out = {"id": rid, "object": obj, "created": created, "model": state.model_id,
+         "choices": [choice], "usage": _usage(state, completion)}
+  if completion.trace is not None:
+    out["trace"] = completion.trace
+  return out
 
 
 def _sse(data: dict | str) -> str:
@@ -242,13 +246,17 @@ async def _stream(state: ServerState, run: _Run, rid: str, chat: bool, include_u
   sent_content: list[str] = []
   sent_calls: dict[int, dict] = {}  # index -> {"name", "arguments"} streamed so far
 
-  def chunk(delta: dict | None = None, finish: str | None = None, text: str | None = None):
+  def chunk(delta: dict | None = None, finish: str | None = None, text: str | None = None,
+            trace: dict | None = None):
     if chat:
       choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
     else:
       choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-    return _sse({"id": rid, "object": obj, "created": created, "model": state.model_id,
-                 "choices": [choice]})
+    body = {"id": rid, "object": obj, "created": created, "model": state.model_id,
+            "choices": [choice]}
+    if trace is not None:
+      body["trace"] = trace
+    return _sse(body)
 
   def deltas(events) -> list[str]:
     from infernix_jax.constrain import framing as fr
@@ -309,7 +317,7 @@ async def _stream(state: ServerState, run: _Run, rid: str, chat: bool, include_u
             len(call["arguments"]) > len(got["arguments"])):
           yield chunk({"tool_calls": [{"index": i, "function": {
               "arguments": call["arguments"][len(got["arguments"]):]}}]})
-      yield chunk(finish=_finish_reason(completion))
+      yield chunk(finish=_finish_reason(completion), trace=completion.trace)
       if include_usage:
         yield _sse({"id": rid, "object": obj, "created": created, "model": state.model_id,
                     "choices": [], "usage": _usage(state, completion)})

@@ -3,7 +3,8 @@
 Chat (`/v1/chat/completions`) and text (`/v1/completions`) bodies share the sampling fields
 and the constraint fields: `response_format` (OpenAI) and `structured_outputs` (vLLM's
 names: json, regex, choice, grammar, json_object), and `sampling_law` ("local" |
-"exact-finite" | "onestep") with `law_tolerance`: `LLM.prepare`. Speculative options ride in
+"exact-finite" | "onestep") with `law_tolerance`: `LLM.prepare`. `trace: true` asks for the
+generation trace (returned as the response's `trace` field; docs/CONTRACTS.md). Speculative options ride in
 `speculative: {"drafter": NAME, "k": K}`; the server's drafter is fixed at start-up, so a
 request may lower K (or ask for "none") but not switch drafters.
 """
@@ -21,7 +22,7 @@ _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty
 _COMMON = frozenset(_SAMPLING + (
     "model", "max_tokens", "stream", "stream_options", "stop", "n", "response_format",
     "structured_outputs", "speculative", "user", "logprobs", "top_logprobs", "echo",
-    "logit_bias", "thinking_budget", "sampling_law", "law_tolerance"))
+    "logit_bias", "thinking_budget", "sampling_law", "law_tolerance", "trace"))
 CHAT_FIELDS = _COMMON | {"messages", "tools", "tool_choice", "max_completion_tokens",
                          "parallel_tool_calls"}
 TEXT_FIELDS = _COMMON | {"prompt", "suffix", "best_of"}
@@ -179,6 +180,10 @@ def _common(body: Mapping, drafter: str, k: int,
   tolerance = _number(body, "law_tolerance", float, 0.0, None)
   if tolerance is not None:
     opts["law_tolerance"] = tolerance
+  if body.get("trace") is not None:
+    if not isinstance(body["trace"], bool):
+      raise RequestError("trace", f"expected true or false, got {json.dumps(body['trace'])[:40]}")
+    opts["trace"] = body["trace"]
   budget = _number(body, "thinking_budget", int, 0, None)
   if budget is not None:
     opts["thinking_budget"] = budget
