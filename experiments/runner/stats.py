@@ -4,11 +4,13 @@ or prompts where requests share a prompt), and its paired form for axis effects.
 A unit is whatever the resampling draws whole: a list of request records, one per unit. The
 statistic is computed on the concatenation of the drawn units, so ratio figures (accepted
 length = tokens / rounds over all requests of a cell) are resampled as ratios, not as means
-of per-request ratios.
+of per-request ratios. Units that each fall in one category (sampled outputs, right or wrong
+answers) can be resampled from their counts alone (`bootstrap_counts`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -17,19 +19,37 @@ LEVEL = 0.95
 RESAMPLES = 2000
 
 
+def _quantiles(values: np.ndarray, level: float) -> tuple:
+  """The percentile bounds of bootstrap values [R] or [R, P] at `level`, per column (NaN
+  draws, e.g. a position no resampled round drafted, are left out)."""
+  tail = (1 - level) / 2
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column gives NaN bounds
+    low, high = np.nanquantile(values, [tail, 1 - tail], axis=0)
+  return low, high
+
+
+def _check(level: float) -> None:
+  if not 0 < level < 1:
+    raise ValueError(f"level={level}: must lie in (0, 1)")
+
+
+def _draws(groups: list, value: Callable[[list], object], seed: int,
+           resamples: int) -> np.ndarray:
+  """value() of `resamples` draws of len(groups) groups with replacement: [R] or [R, P]."""
+  rows = np.random.default_rng(seed).integers(0, len(groups), size=(resamples, len(groups)))
+  return np.array([value([groups[i] for i in row]) for row in rows], float)
+
+
 def _interval(groups: list, value: Callable[[list], float], seed: int, resamples: int,
               level: float) -> tuple[float, float, float]:
   """(value(groups), low, high): the percentile interval of `value` over `resamples` draws of
   len(groups) groups with replacement (NaN bounds for one group)."""
-  if not 0 < level < 1:
-    raise ValueError(f"level={level}: must lie in (0, 1)")
+  _check(level)
   point = float(value(groups))
   if len(groups) == 1:
     return point, float("nan"), float("nan")
-  draws = np.random.default_rng(seed).integers(0, len(groups), size=(resamples, len(groups)))
-  values = np.array([value([groups[i] for i in row]) for row in draws], float)
-  tail = (1 - level) / 2
-  low, high = np.quantile(values, [tail, 1 - tail])
+  low, high = _quantiles(_draws(groups, value, seed, resamples), level)
   return point, float(low), float(high)
 
 
@@ -69,6 +89,96 @@ def paired_ratio(pairs: Sequence[tuple], statistic: Callable[[list], float], *, 
   return _interval([(list(a), list(b)) for a, b in pairs], ratio, seed, resamples, level)
 
 
+def bootstrap_each(units: Sequence, statistic: Callable[[list], Sequence[float]], *,
+                   seed: int = 0, resamples: int = RESAMPLES,
+                   level: float = LEVEL) -> list[tuple[float, float, float]]:
+  """`bootstrap` of a vector statistic (records -> [P] floats, e.g. acceptance at each draft
+  position): one (point, low, high) per component, every component from the same draws (so
+  the call costs one bootstrap, not P). A component that is NaN in a draw is left out of
+  that component's quantiles.
+
+  Raises:
+    ValueError: no units, or a level outside (0, 1).
+  """
+  _check(level)
+  groups = [u if isinstance(u, list) else [u] for u in units]
+  if not groups:
+    raise ValueError("bootstrap_each: no units to resample")
+  value = lambda chosen: statistic([r for g in chosen for r in g])  # noqa: E731
+  point = np.asarray(value(groups), float)
+  if len(groups) == 1:
+    return [(float(p), float("nan"), float("nan")) for p in point]
+  low, high = _quantiles(_draws(groups, value, seed, resamples), level)
+  return [(float(p), float(a), float(b)) for p, a, b in zip(point, low, high)]
+
+
+def paired_difference(pairs: Sequence[tuple], statistic: Callable[[list], float], *,
+                      seed: int = 0, resamples: int = RESAMPLES,
+                      level: float = LEVEL) -> tuple[float, float, float]:
+  """The difference statistic(on) - statistic(off) with a paired bootstrap interval, drawn
+  like `paired_ratio` (whole (on_records, off_records) pairs of one unit): the effect of an
+  axis on a rate or an accuracy, in its own units (e.g. percentage points)."""
+  if not pairs:
+    raise ValueError("paired_difference: no pairs to resample")
+
+  def difference(chosen):
+    return (statistic([r for a, _ in chosen for r in a])
+            - statistic([r for _, b in chosen for r in b]))
+
+  return _interval([(list(a), list(b)) for a, b in pairs], difference, seed, resamples, level)
+
+
+def paired(on: Sequence[dict], off: Sequence[dict], key: str) -> list[tuple[list, list]]:
+  """(on_unit, off_unit) pairs of the units (`by_unit(..., key)`) present on both sides of an
+  axis, in the order of `on`: the input of `paired_ratio` / `paired_difference`."""
+  other = {u[0].get(key): u for u in by_unit(off, key)}
+  return [(u, other[u[0].get(key)]) for u in by_unit(on, key) if u[0].get(key) in other]
+
+
+def bootstrap_counts(counts: Sequence[int], statistic: Callable[[np.ndarray], float], *,
+                     seed: int = 0, resamples: int = RESAMPLES,
+                     level: float = LEVEL) -> tuple[float, float, float]:
+  """`bootstrap` over n = sum(counts) independent units that each fall in one category (a
+  sampled output, a right or wrong answer), given only the count per category [C]: a
+  resample's counts are Multinomial(n, counts / n), which is the distribution of the counts
+  of n units drawn with replacement, so no list of n records is built (n = 100,000 costs
+  one multinomial draw per resample).
+
+  Args:
+    counts: units per category [C].
+    statistic: counts [C] (floats summing to n) -> float, e.g. a frequency c[0] / n or a
+      total-variation distance to a reference law.
+
+  Raises:
+    ValueError: no units, or a level outside (0, 1).
+  """
+  _check(level)
+  counts = np.asarray(counts, float)
+  n = int(round(counts.sum()))
+  if n <= 0:
+    raise ValueError("bootstrap_counts: no units to resample")
+  point = float(statistic(counts))
+  if n == 1:
+    return point, float("nan"), float("nan")
+  draws = np.random.default_rng(seed).multinomial(n, counts / counts.sum(), size=resamples)
+  low, high = _quantiles(np.array([statistic(d.astype(float)) for d in draws], float), level)
+  return point, float(low), float(high)
+
+
+def zero_count_bound(n: int, level: float = LEVEL) -> float:
+  """The exact one-sided upper confidence bound at `level` on a probability that was seen 0
+  times in n independent trials: the p with (1 - p)^n = 1 - level (about 3 / n at 95%).
+  A bootstrap of 0 hits has zero width; this is the interval to quote instead.
+
+  Raises:
+    ValueError: n < 1, or a level outside (0, 1).
+  """
+  _check(level)
+  if n < 1:
+    raise ValueError(f"n={n}: a bound needs at least one trial")
+  return float(1 - (1 - level) ** (1 / n))
+
+
 def by_unit(records: Sequence[dict], key: str) -> list[list[dict]]:
   """Records grouped into units by `key` (e.g. the prompt id): requests sharing a prompt are
   not independent, so they are resampled together."""
@@ -78,9 +188,12 @@ def by_unit(records: Sequence[dict], key: str) -> list[list[dict]]:
   return list(out.values())
 
 
-def fmt(interval: tuple[float, float, float], digits: int = 2) -> str:
-  """'1.71 [1.64, 1.79]'; the point alone where the interval is undefined (one unit)."""
-  point, low, high = interval
+def fmt(interval: tuple[float, float, float], digits: int = 2, scale: float = 1.0) -> str:
+  """'1.71 [1.64, 1.79]'; the point alone where the interval is undefined (one unit).
+  `scale` multiplies all three (100 prints a fraction as a percentage)."""
+  point, low, high = (scale * v for v in interval)
+  if np.isnan(point):
+    return "-"
   if np.isnan(low):
     return f"{point:.{digits}f}"
   return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"

@@ -211,6 +211,14 @@ def accepted_length(rows) -> float:
   return (sum(r["accepted"] for r in rows) + rounds) / max(rounds, 1)
 
 
+def _accepted_interval(rows) -> tuple[float, float, float]:
+  """Accepted length over request records with its 95% bootstrap interval over prompts
+  (requests of one prompt are resampled together)."""
+  if not rows:
+    return float("nan"), float("nan"), float("nan")
+  return stats.bootstrap(stats.by_unit(rows, "item"), accepted_length)
+
+
 MAX_SERIES = 20  # bars per workload / lines per plot that stay readable
 
 
@@ -257,14 +265,38 @@ def _effects(cells, ov, by_cell) -> list:
   return rows
 
 
-def _per_position(rows, k_max) -> list[float]:
+def _position_counts(r: dict, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+  """(accepted, drafted) [k_max] of one request: rounds whose i-th draft was accepted, and
+  rounds that drafted at least i + 1 tokens."""
   num, den = np.zeros(k_max), np.zeros(k_max)
-  for r in rows:
-    for drafted, accepted in r["per_round"]:
-      for i in range(min(drafted, k_max)):
-        den[i] += 1
-        num[i] += accepted > i
-  return [float(n / d) if d else float("nan") for n, d in zip(num, den)]
+  for drafted, accepted in r["per_round"]:
+    d = min(drafted, k_max)
+    den[:d] += 1
+    num[:min(accepted, d)] += 1
+  return num, den
+
+
+def _position_rate(counts) -> np.ndarray:
+  """Acceptance at each draft position [k_max] over (accepted, drafted) pairs; NaN where
+  nothing was drafted."""
+  num = np.sum([n for n, _ in counts], axis=0)
+  den = np.sum([d for _, d in counts], axis=0)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def _per_position(rows, k_max) -> list[float]:
+  return [float(x) for x in _position_rate([_position_counts(r, k_max) for r in rows])]
+
+
+def _per_position_intervals(rows, k_max) -> list[tuple[float, float, float]]:
+  """(point, low, high) of the acceptance at each draft position, resampling prompts."""
+  units = [[_position_counts(r, k_max) for r in u] for u in stats.by_unit(rows, "item")]
+  return stats.bootstrap_each(units, _position_rate)
+
+
+def _bounds(intervals) -> list[tuple[float, float]]:
+  return [(lo, hi) for _, lo, hi in intervals]
 
 
 def summarize(records, c, out: Path) -> str:
@@ -282,7 +314,7 @@ def summarize(records, c, out: Path) -> str:
     rs, m = by_cell.get(cell, []), meas.get(cell, {})
     if not rs:
       continue
-    acc_len = stats.fmt(stats.bootstrap(stats.by_unit(rs, "item"), accepted_length))
+    acc_len = stats.fmt(_accepted_interval(rs))
     done = [r for r in rs if r["valid"] is not None]
     pos = _per_position(rs, k_max)
     rows.append([label(ov[cell]), len(rs), acc_len,
@@ -301,23 +333,27 @@ def summarize(records, c, out: Path) -> str:
                         f"acceptance by draft position 1..{k_max}", "tokens/s",
                         "host % of round", "valid / completed", "hit max_tokens",
                         "jump-forward drafts"], rows), ""]
-  # Accepted length per drafter and workload (one bar group per workload).
+  # Accepted length per drafter and workload (one bar group per workload), 95% over prompts.
   wl = list(dict.fromkeys(r["workload"] for r in reqs))
   shown, caption = _plotted(cells, ov, by_cell)
-  series = {w: [accepted_length([r for r in by_cell[cell] if r["workload"] == w])
+  per_wl = {w: [_accepted_interval([r for r in by_cell[cell] if r["workload"] == w])
                 for cell in shown] for w in wl}
   if shown:
-    name = plots.grouped_bars(out / "accepted_length.png", [label(ov[c]) for c in shown], series,
-                              title=f"Accepted length per drafter and workload{caption}",
-                              ylabel="tokens per round")
+    name = plots.grouped_bars(out / "accepted_length.png", [label(ov[c]) for c in shown],
+                              {w: [p for p, _, _ in v] for w, v in per_wl.items()},
+                              intervals={w: _bounds(v) for w, v in per_wl.items()},
+                              title=f"Accepted length per drafter and workload{caption}; "
+                                    "95% over prompts", ylabel="tokens per round")
     parts += [f"![accepted length]({name})", ""]
-    pos_series = {label(ov[cell]): _per_position(by_cell[cell], k_max) for cell in shown
-                  if any(r["drafted"] for r in by_cell[cell])
-                  and ov[cell].get("constrained", True)}
-    if pos_series:
+    pos = {label(ov[cell]): _per_position_intervals(by_cell[cell], k_max) for cell in shown
+           if any(r["drafted"] for r in by_cell[cell]) and ov[cell].get("constrained", True)}
+    if pos:
       name = plots.lines(out / "acceptance_by_position.png", list(range(1, k_max + 1)),
-                         pos_series, title=f"Acceptance by draft position{caption}",
-                         xlabel="draft position", ylabel="P(accepted | drafted)")
+                         {k: [p for p, _, _ in v] for k, v in pos.items()},
+                         intervals={k: _bounds(v) for k, v in pos.items()},
+                         title=f"Acceptance by draft position{caption}; 95% over prompts",
+                         xlabel="draft position", ylabel="P(accepted | drafted)",
+                         dodge=min(0.3 / max(len(pos), 1), 0.05))
       parts += [f"![acceptance by position]({name})", ""]
   effects = _effects(cells, ov, by_cell)
   if effects:
@@ -329,10 +365,15 @@ def summarize(records, c, out: Path) -> str:
               plots.table(["axis", "pairs", "median ratio", "range", "pooled [95% CI]",
                            "largest in"], effects, "lrrrrl"), ""]
   parts += ["Accepted length: tokens per round (accepted drafts + 1), with a 95% percentile "
-            "bootstrap interval over prompts (2,000 resamples, seed 0). Acceptance by position i: "
-            "rounds whose i-th draft was accepted / rounds that drafted at least i. Host %: "
-            "host begin + mask + commit time over round time. Valid: completed outputs "
-            "accepted by the workload's oracle (jsonschema, label set, regex)."]
+            "bootstrap interval over prompts (2,000 resamples, seed 0; a prompt's requests are "
+            "drawn together, and the ratio is recomputed over the drawn requests). Acceptance "
+            "by position i: rounds whose i-th draft was accepted / rounds that drafted at "
+            "least i; the table gives the point, the plot its 95% interval over prompts (the "
+            "same resampling). The bar plot's intervals resample the prompts of each workload "
+            "alone. Tokens/s and host %: one timed call over the cell's requests, so no "
+            "interval. Host %: host begin + mask + commit time over round time. Valid: "
+            "completed outputs accepted by the workload's oracle (jsonschema, label set, "
+            "regex)."]
   return "\n".join(parts)
 
 

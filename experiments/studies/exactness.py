@@ -20,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-from experiments.runner import plots
+from experiments.runner import plots, stats
 
 CHOICES = (b"abc", b"ab", b"ba1", b"cab", b"x{y}")
 PROMPT = (1, 1, 2, 1, 1, 2, 1)
@@ -97,6 +97,9 @@ def run_cell(c, ctx) -> Iterator[dict]:
   top = sorted(expected, key=lambda k: -expected[k])[:8]
   yield {"kind": "measurement", "samples": len(samples), "pvalue": pvalue,
          "tv": _tv(expected, observed, len(samples)), "impossible": impossible,
+         # Every output's law and count: the summary resamples the TV distance from them.
+         "law": [[list(k), float(v)] for k, v in sorted(expected.items())],
+         "counts": [[list(k), int(v)] for k, v in sorted(observed.items())],
          "top": [{"output": list(k), "expected": expected[k],
                   "observed": observed.get(k, 0) / len(samples)} for k in top]}
 
@@ -119,9 +122,13 @@ def _distributions(path: Path, by: dict) -> str:
     got_naive = {tuple(t["output"]): t["observed"] for t in naive["top"]}
     xs = np.arange(len(labels))
     ax.bar(xs - 0.27, [t["expected"] for t in exact["top"]], 0.27, label="exact law")
-    ax.bar(xs, [t["observed"] for t in exact["top"]], 0.27, label="exact rule")
-    ax.bar(xs + 0.27, [got_naive.get(tuple(t["output"]), 0.0) for t in exact["top"]], 0.27,
-           label="drop-illegal rule")
+    for shift, rec, freqs, name in (
+        (0.0, exact, [t["observed"] for t in exact["top"]], "exact rule"),
+        (0.27, naive, [got_naive.get(tuple(t["output"]), 0.0) for t in exact["top"]],
+         "drop-illegal rule")):
+      bounds = [frequency_interval(f, rec["samples"]) for f in freqs]
+      ax.bar(xs + shift, freqs, 0.27, label=name, yerr=plots._yerr(freqs, bounds), capsize=1.5,
+             error_kw={"elinewidth": 0.7})
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
     ax.set_title(d if d.startswith("counter") else f"{d}, {'masked' if m else 'plain'} q",
@@ -135,22 +142,63 @@ def _distributions(path: Path, by: dict) -> str:
   return path.name
 
 
+def law_and_counts(r: dict) -> tuple[np.ndarray, np.ndarray] | None:
+  """(law [C], counts [C]) over the outputs of a measurement, aligned; None where the record
+  cannot give them. Records with `law` and `counts` give them whole; older records kept the
+  8 most likely outputs only, which is whole when those hold the law's entire mass (the rest
+  of the samples then have probability 0 and count as one category: the TV is unchanged)."""
+  n = r["samples"]
+  if "law" in r and "counts" in r:
+    law = {tuple(k): p for k, p in r["law"]}
+    counts = {tuple(k): v for k, v in r["counts"]}
+  else:
+    law = {tuple(t["output"]): t["expected"] for t in r["top"]}
+    if sum(law.values()) < 1 - 1e-9:
+      return None
+    counts = {tuple(t["output"]): round(t["observed"] * n) for t in r["top"]}
+    counts[("<outside the law>",)] = n - sum(counts.values())
+  names = sorted(set(law) | set(counts), key=str)
+  return (np.array([law.get(k, 0.0) for k in names]),
+          np.array([counts.get(k, 0) for k in names], float))
+
+
+def tv_interval(r: dict) -> tuple[float, float, float]:
+  """The TV distance of a measurement with its 95% bootstrap interval over its samples (the
+  recorded TV alone where the record lacks the whole law)."""
+  whole = law_and_counts(r)
+  if whole is None:
+    return r["tv"], float("nan"), float("nan")
+  law, counts = whole
+  return stats.bootstrap_counts(counts, lambda k: 0.5 * float(np.abs(law - k / k.sum()).sum()))
+
+
+def frequency_interval(observed: float, n: int) -> tuple[float, float]:
+  """95% bootstrap interval of an output's sampled frequency over n samples."""
+  k = round(observed * n)
+  return stats.bootstrap_counts([k, n - k], lambda c: c[0] / c.sum())[1:]
+
+
 def summarize(records, c, out: Path) -> str:
   meas = [r for r in records if r.get("kind") == "measurement"]
   ov = lambda r: r.get("overrides", {})  # noqa: E731
   rows, groups, series = [], [], {"exact rule": [], "drop-illegal rule": []}
+  bounds = {k: [] for k in series}
   by = {(ov(r).get("drafter", c.drafter), ov(r).get("masked_q", c.masked_q),
          ov(r).get("rule", c.rule)): r for r in meas}
+  tvs = {key: tv_interval(r) for key, r in by.items()}
   for (drafter, masked_q, rule), r in by.items():
     verdict = "passes" if r["pvalue"] > c.alpha else "REJECTED"
     rows.append([drafter, "-" if drafter.startswith("counter") else ("on" if masked_q else "off"),
-                 rule, r["samples"], f"{r['pvalue']:.3g}", verdict, f"{r['tv']:.4f}"])
+                 rule, r["samples"], f"{r['pvalue']:.3g}", verdict,
+                 stats.fmt(tvs[(drafter, masked_q, rule)], 4)])
   for drafter, masked_q in dict.fromkeys((d, m) for d, m, _ in by):
     groups.append(drafter if drafter.startswith("counter")
                   else f"{drafter} {'masked' if masked_q else 'plain'} q")
     for rule, key in (("exact", "exact rule"), ("drop-illegal", "drop-illegal rule")):
-      r = by.get((drafter, masked_q, rule))
-      series[key].append(r["tv"] if r else 0.0)
+      t = tvs.get((drafter, masked_q, rule), (0.0, float("nan"), float("nan")))
+      series[key].append(t[0])
+      bounds[key].append(t[1:])
+  partial = any(np.isnan(t[1]) for t in tvs.values())
   parts = [
       "Chi-square goodness of fit of the sampled outputs against the exact distribution "
       f"(bins with expected count < 5 pooled; alpha = {c.alpha}), and the total-variation "
@@ -159,17 +207,25 @@ def summarize(records, c, out: Path) -> str:
       "the tiny random target (toy vocabulary, choice constraint "
       f"{[x.decode() for x in CHOICES]}, T = 1, {c.max_tokens} tokens, K = {_k(c)}) against "
       "FP64 enumeration of ordinary decoding.", "",
+      "Intervals: 95% percentile bootstrap over the cell's samples (2,000 resamples of the "
+      "output counts, seed 0). "
+      + ("Cells whose record holds only the 8 most likely outputs, covering less than the "
+         "whole law, show the TV alone (runs from now on record every output); their "
+         "per-output frequencies carry intervals in the plot below. " if partial else "")
+      + "The two rules run the same seeds, but the records keep counts, not outputs per "
+      "seed, so the rules' TVs are resampled apart, not in pairs.", "",
       plots.table(["drafter", "masked q", "rule", "samples", "p-value", "verdict",
                    "TV distance"], rows, "lllrrlr"), ""]
   if rows:
-    name = plots.grouped_bars(out / "exactness_tv.png", groups, series,
+    name = plots.grouped_bars(out / "exactness_tv.png", groups, series, intervals=bounds,
                               title="Distance to the exact distribution", ylabel="TV distance")
     parts += [f"![TV distance]({name})", ""]
     name = _distributions(out / "exactness_distributions.png", by)
     if name:
       parts += [f"![output distributions]({name})", "",
                 "Above: the probability of the most likely outputs under the exact "
-                "distribution beside their sampled frequency under each rule.", ""]
+                "distribution beside their sampled frequency under each rule (with its 95% "
+                "bootstrap interval over the samples).", ""]
     parts += ["The naive rule is wrong exactly where a sampled q puts mass on illegal tokens "
               "(the counter-example, and sampling drafters with masked q off); with masked q "
               "on, or a one-hot q, no draft it would drop survives, so both rules agree."]

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-from experiments.runner import plots
+from experiments.runner import plots, stats
 
 PAPER = ("Nie et al., \"Future Validity is the Missing Statistic: From Impossibility to "
          "Φ-Estimation for Grammar-Faithful Speculative Decoding\" (arXiv:2605.07698): TV gap of "
@@ -142,8 +142,9 @@ def run_cell(c, ctx) -> Iterator[dict]:
     t1 = time.perf_counter()
     done = llm.generate_batch(asks)
     wall = time.perf_counter() - t1
-    for d in done:
-      yield {"kind": "request", "law": name, "text": d.text, "finish": d.finish_reason,
+    for ask, d in zip(asks, done):
+      yield {"kind": "request", "law": name, "seed": ask["seed"], "text": d.text,
+             "finish": d.finish_reason,
              "rounds": d.stats["rounds"], "accepted": d.stats["accepted"],
              "drafted": d.stats["drafted"], "tokens": len(d.token_ids)}
     complete = [d for d in done if d.finish_reason == FinishReason.STOP.value]
@@ -159,35 +160,88 @@ def run_cell(c, ctx) -> Iterator[dict]:
          "strings": len(star), "trie_seconds": trie_s, "law_cost": law.cost.to_dict(),
          "tv_exact": _tv(proj, star), "tv_onestep": _tv(onestep, star),
          "noise_floor": float(floor), "runs": runs,
+         # The whole μ* over strings (a few dozen): the summary resamples each law's engine
+         # samples against it.
+         "star": [[k.decode(errors="replace"), p] for k, p in sorted(star.items())],
          "top": [{"text": k.decode(errors="replace"), "star": star[k],
                   "local": proj.get(k, 0.0)} for k in top]}
 
 
+def tokens_per_round(rows) -> float:
+  """Output tokens / verify rounds over request records (the runs' accepted length)."""
+  rounds = sum(r["rounds"] for r in rows)
+  return sum(r["tokens"] for r in rows) / rounds if rounds else 0.0
+
+
+def engine_tv(star: dict[str, float], texts) -> tuple[float, float, float]:
+  """TV distance of the empirical law of `texts` (completed samples) to μ* (`star`: string ->
+  probability, every member), with its 95% bootstrap interval over the samples."""
+  names = sorted(set(star) | set(texts))
+  index = {k: i for i, k in enumerate(names)}
+  want = np.array([star.get(k, 0.0) for k in names])
+  counts = np.zeros(len(names))
+  for t in texts:
+    counts[index[t]] += 1
+  return stats.bootstrap_counts(counts, lambda k: 0.5 * float(np.abs(want - k / k.sum()).sum()))
+
+
+def law_intervals(cell_requests: list[dict], measurement: dict) -> dict[str, dict]:
+  """Per law: 'tv' (the engine's TV to μ*, resampled over completed samples; the point alone
+  where the record lacks the whole μ*) and 'accepted_length' (tokens / rounds, resampled over
+  requests), each (point, low, high)."""
+  star = dict(map(tuple, measurement["star"])) if "star" in measurement else None
+  out = {}
+  for law in LAWS:
+    rs = [r for r in cell_requests if r["law"] == law]
+    done = [r["text"] for r in rs if r["finish"] == "stop"]
+    tv = measurement["runs"][law]["tv_to_star"]
+    out[law] = {
+        "tv": engine_tv(star, done) if star and done else
+        (float("nan") if tv is None else tv, float("nan"), float("nan")),
+        "accepted_length": stats.bootstrap(rs, tokens_per_round) if rs else
+        (measurement["runs"][law]["accepted_length"], float("nan"), float("nan"))}
+  return out
+
+
 def summarize(records, c, out: Path) -> str:
   meas = [r for r in records if r.get("kind") == "measurement"]
+  by_cell: dict = collections.defaultdict(list)
+  for r in records:
+    if r.get("kind") == "request":
+      by_cell[r.get("cell")].append(r)
   rows, groups = [], []
   series = {"local (exact)": [], "onestep (exact)": [], "local (engine)": [],
             "onestep (engine)": [], "exact-finite (engine)": [], "noise floor": []}
+  bounds = {k: [] for k in series}
   fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+  nan = (float("nan"), float("nan"))
   for r in meas:
     ov = r.get("overrides", {})
     grammar, prompt = ov.get("grammar", c.grammar), ov.get("prompt", c.prompt)
     runs = r["runs"]
-    loc, one, fin = runs["local"], runs["onestep"], runs["exact-finite"]
+    loc, fin = runs["local"], runs["exact-finite"]
+    ci = law_intervals(by_cell.get(r.get("cell"), []), r)
     name = GRAMMAR_NAMES.get(grammar, grammar[:30])
     rows.append([name, prompt[:40], r["strings"], r["members"], r["nodes"],
-                 fmt(r["tv_exact"]), fmt(r["tv_onestep"]), fmt(loc["tv_to_star"]),
-                 fmt(one["tv_to_star"]), fmt(fin["tv_to_star"]), fmt(r["noise_floor"]),
+                 fmt(r["tv_exact"]), fmt(r["tv_onestep"]), stats.fmt(ci["local"]["tv"], 3),
+                 stats.fmt(ci["onestep"]["tv"], 3), stats.fmt(ci["exact-finite"]["tv"], 3),
+                 fmt(r["noise_floor"]),
                  f"{loc['seconds_per_request']:.2f}", f"{fin['seconds_per_request']:.2f}",
-                 f"{r['law_cost'].get('seconds', 0.0):.1f}", f"{loc['accepted_length']:.2f}",
-                 f"{fin['accepted_length']:.2f}"])
+                 f"{r['law_cost'].get('seconds', 0.0):.1f}",
+                 stats.fmt(ci["local"]["accepted_length"]),
+                 stats.fmt(ci["exact-finite"]["accepted_length"])])
     groups.append(f"{name}, {prompt[:18]}")
-    for key, value in (("local (exact)", r["tv_exact"]), ("onestep (exact)", r["tv_onestep"]),
-                       ("local (engine)", loc["tv_to_star"]),
-                       ("onestep (engine)", one["tv_to_star"]),
-                       ("exact-finite (engine)", fin["tv_to_star"]),
-                       ("noise floor", r["noise_floor"])):
+    for key, value, bound in (("local (exact)", r["tv_exact"], nan),
+                              ("onestep (exact)", r["tv_onestep"], nan),
+                              ("local (engine)", loc["tv_to_star"], ci["local"]["tv"][1:]),
+                              ("onestep (engine)", runs["onestep"]["tv_to_star"],
+                               ci["onestep"]["tv"][1:]),
+                              ("exact-finite (engine)", fin["tv_to_star"],
+                               ci["exact-finite"]["tv"][1:]),
+                              ("noise floor", r["noise_floor"], nan)):
       series[key].append(value or 0.0)
+      bounds[key].append(bound)
+  whole = all("star" in r for r in meas)
   parts = [
       f"The embedded SmolLM2-135M-Instruct, T = {c.temperature}, drafter {c.drafter} (K = "
       f"{c.k}), {c.samples} engine samples per law and cell. TV distances to μ* are over output "
@@ -197,6 +251,15 @@ def summarize(records, c, out: Path) -> str:
       "draws from μ* itself. The engine computes Φ once per (constraint, prompt, T) and keeps "
       "it, so its seconds per request spread that one computation (the 'Φ computation' column, "
       "measured apart) over the samples.", "",
+      "Intervals: the exact columns are computed, not sampled, so they have none. Accepted "
+      "lengths (output tokens / verify rounds over a law's requests) carry a 95% percentile "
+      "bootstrap interval over requests (2,000 resamples, seed 0; one prompt per cell, each "
+      "request its own seed). "
+      + ("The engine TVs carry one over completed samples (resampled from their counts "
+         "against the recorded μ*)." if whole else
+         "The engine TVs are points alone: resampling them needs the whole μ* in the cell's "
+         "record, which this run kept only as its 10 most probable strings (runs from now on "
+         "record it); the noise floor is their reference."), "",
       "Grammars: " + "; ".join(f"{v}: `{k}`".replace("\n", " ") for k, v in
                                GRAMMAR_NAMES.items()) + ".", "",
       plots.table(["grammar", "prompt", "strings", "tokenizations", "trie nodes",
@@ -206,7 +269,7 @@ def summarize(records, c, out: Path) -> str:
                    "accepted length local", "accepted length exact-finite"], rows,
                   "llrrrrrrrrrrrrrr"), ""]
   if rows:
-    name = plots.grouped_bars(out / "faithful_tv.png", groups, series,
+    name = plots.grouped_bars(out / "faithful_tv.png", groups, series, intervals=bounds,
                               title="Distance to μ* on bounded Dyck grammars",
                               ylabel="TV distance")
     parts += [f"![TV distance]({name})", ""]

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from experiments.runner import plots
+from experiments.runner import plots, stats
 from experiments.studies.decode import accepted_length
 
 LAWS = ("local", "exact-finite")
@@ -228,10 +228,16 @@ def acceptance_rate(reqs: Sequence[dict]) -> float:
   return sum(r["accepted"] for r in reqs) / drafted if drafted else 0.0
 
 
+NO_INTERVAL = (float("nan"),) * 3
+
+
 def cells(records: Sequence[dict], c) -> list[dict]:
   """One dict per (constraint, drafter, temperature) cell: per law its accepted length,
-  acceptance rate, tokens/s, completion; the exact/local ratio; the paired share of requests
-  with the same output; and the one-off Φ costs recorded in the cell."""
+  acceptance rate (each also as `<name>_ci`, (point, low, high) with a 95% bootstrap interval
+  over prompts: a prompt's seeds are drawn together), tokens/s, completion; the exact/local
+  ratio (`ratio_ci`: paired over prompts, both laws' requests of a drawn prompt together,
+  from `pairs`, the (exact-finite, local) request lists per prompt); the paired share of
+  requests with the same output; and the one-off Φ costs recorded in the cell."""
   by_cell: dict[str, dict] = {}
   for r in records:
     if r.get("kind") not in ("request", "measurement"):
@@ -252,8 +258,13 @@ def cells(records: Sequence[dict], c) -> list[dict]:
     for law in LAWS:
       reqs = cell["requests"][law]
       t = cell["timed"].get(law, {})
+      units = stats.by_unit(reqs, "prompt")
       laws[law] = {"accepted_length": accepted_length(reqs),
                    "acceptance_rate": acceptance_rate(reqs),
+                   "accepted_length_ci": stats.bootstrap(units, accepted_length)
+                   if units else NO_INTERVAL,
+                   "acceptance_rate_ci": stats.bootstrap(units, acceptance_rate)
+                   if units else NO_INTERVAL,
                    "tokens_per_second": t["tokens"] / t["wall_seconds"]
                    if t.get("wall_seconds") else 0.0,
                    "seconds_per_request": t["wall_seconds"] / len(reqs)
@@ -263,8 +274,11 @@ def cells(records: Sequence[dict], c) -> list[dict]:
     pairs = {(r["prompt"], r["seed"]): r["text"] for r in cell["requests"]["local"]}
     same = [pairs.get((r["prompt"], r["seed"])) == r["text"]
             for r in cell["requests"]["exact-finite"]]
+    pairs = stats.paired(cell["requests"]["exact-finite"], cell["requests"]["local"], "prompt")
     out.append({**{k: cell[k] for k in ("constraint", "drafter", "temperature", "phi")},
-                "laws": laws, "ratio": fin / loc if loc else 0.0,
+                "laws": laws, "ratio": fin / loc if loc else 0.0, "pairs": pairs,
+                "ratio_ci": stats.paired_ratio(pairs, accepted_length) if pairs and loc
+                else NO_INTERVAL,
                 "same_output": sum(same) / len(same) if same else 0.0})
   order = {d: i for i, d in enumerate(DRAFTERS)}
   out.sort(key=lambda x: (x["constraint"], x["temperature"], order.get(x["drafter"], 99)))
@@ -303,13 +317,15 @@ def summarize(records, c, out: Path) -> str:
       phi_col[key] = (statistics.median(p["seconds"] for p in ps), len(ps))
   table_rows, groups = [], []
   series = {"local": [], "exact-finite": []}
+  bounds = {"local": [], "exact-finite": []}
   for row in rows:
     loc, fin = row["laws"]["local"], row["laws"]["exact-finite"]
     med = phi_col.get((row["constraint"], row["temperature"]))
     table_rows.append([
         row["constraint"], row["drafter"], fmt(row["temperature"], 0), loc["n"],
-        fmt(loc["accepted_length"]), fmt(fin["accepted_length"]), fmt(row["ratio"]),
-        fmt(loc["acceptance_rate"]), fmt(fin["acceptance_rate"]),
+        stats.fmt(loc["accepted_length_ci"]), stats.fmt(fin["accepted_length_ci"]),
+        stats.fmt(row["ratio_ci"]) if row["ratio"] else fmt(row["ratio"]),
+        stats.fmt(loc["acceptance_rate_ci"]), stats.fmt(fin["acceptance_rate_ci"]),
         fmt(loc["tokens_per_second"], 1), fmt(fin["tokens_per_second"], 1),
         fmt(fin["tokens_per_second"] / loc["tokens_per_second"])
         if loc["tokens_per_second"] else "-",
@@ -317,8 +333,9 @@ def summarize(records, c, out: Path) -> str:
         f"{loc['complete']}/{fin['complete']}",
         f"{med[0]:.1f}" if med else "-"])
     groups.append(f"{row['constraint']} {row['drafter']} T={row['temperature']:g}")
-    series["local"].append(loc["accepted_length"])
-    series["exact-finite"].append(fin["accepted_length"])
+    for law in series:
+      series[law].append(row["laws"][law]["accepted_length"])
+      bounds[law].append(row["laws"][law]["accepted_length_ci"][1:])
   parts = [
       (f"The embedded SmolLM2-135M-Instruct, K = {c.k}, {c.lanes} lanes, max_tokens = "
        f"{c.max_tokens}. Greedy cells decode {c.greedy_prompts} prompts; sampled cells (T = 1) "
@@ -335,6 +352,12 @@ def summarize(records, c, out: Path) -> str:
        "within a row (the two laws run back to back), not across rows. Accepted lengths do "
        "not depend on timing. Outputs are short (3-30 tokens) and prefill is included, so a "
        "law whose outputs are shorter shows fewer tokens/s at the same cost per round."),
+      "",
+      ("Intervals: 95% percentile bootstrap over prompts (2,000 resamples, seed 0): a "
+       "prompt's requests (its seeds, at T = 1) are drawn together and the accepted length "
+       "and acceptance rate are recomputed as ratios over the drawn requests; the ratio "
+       "resamples prompts with both laws' requests at once (paired). Tokens/s comes from one "
+       "timed call per law and cell, so it has no interval."),
       "",
       "Constraints: " + "; ".join(f"**{k}**: {CONSTRAINTS[k]().about}"
                                   for k in dict.fromkeys(r["constraint"] for r in rows)) + ".",
@@ -375,8 +398,9 @@ def summarize(records, c, out: Path) -> str:
                           "lrrrrrrrrlrr"), ""]
   if rows:
     name = plots.grouped_bars(out / "faithful_acceptance.png", groups, series,
+                              intervals=bounds,
                               title="Accepted length (tokens per verify round), K = "
-                                    f"{c.k}", ylabel="accepted length")
+                                    f"{c.k}, 95% over prompts", ylabel="accepted length")
     parts += [f"![accepted length]({name})", ""]
     parts.append(answer(rows, costs))
   return "\n".join(parts)
@@ -416,6 +440,11 @@ def answer(rows: Sequence[dict], costs: dict) -> str:
           + ", ".join(f"{d} {med([r['ratio'] for r in rows if r['drafter'] == d]):.2f}x "
                       f"({lengths(d, 'local'):.2f} -> {lengths(d, 'exact-finite'):.2f})"
                       for d in drafters) + ".")
+  pooled = [p for r in rows for p in r["pairs"]]
+  if pooled:
+    text += (" Pooled over every (cell, prompt) pair, the ratio is "
+             f"{stats.fmt(stats.paired_ratio(pooled, accepted_length))} (paired bootstrap "
+             "95% interval, whole (cell, prompt) pairs resampled).")
   speed = [r["laws"]["exact-finite"]["tokens_per_second"] / r["laws"]["local"]["tokens_per_second"]
            for r in rows if r["laws"]["local"]["tokens_per_second"] > 0]
   if speed:

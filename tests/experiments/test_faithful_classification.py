@@ -26,6 +26,9 @@ def test_summary_counts_disagreements_and_cost(tmp_path):
   text = study.summarize(records, c, tmp_path)
   row = next(line for line in text.splitlines() if line.startswith("| trec"))
   cells = [x.strip() for x in row.strip("|").split("|")]
-  assert cells[:9] == ["trec", "4", "50.0", "50.0", "3 (75%)", "1 / 1", "1.00", "4.00", "4.0x"]
-  assert cells[9:] == ["5", "50", "50", "3 / 4"]
+  points = [x.split(" [")[0] for x in cells]  # the figures without their 95% intervals
+  assert points[:10] == ["trec", "4", "50.0", "50.0", "0.0", "3 (75%)", "1 / 1", "1.00", "4.00",
+                         "4.0"]
+  assert cells[10:] == ["5", "50", "50", "3 / 4"]
+  assert cells[9] == "4.0 [4.0, 4.0]"  # exact-finite costs 4x local on every item (paired)
   assert (tmp_path / "faithful_classification_accuracy.png").stat().st_size > 0

@@ -51,3 +51,74 @@ def test_paired_ratio_cancels_the_prompt_effect():
     stats.bootstrap([], _mean)
   with pytest.raises(ValueError, match="level=1.5"):
     stats.bootstrap([1.0, 2.0], _mean, level=1.5)
+
+
+def test_paired_difference_matches_the_closed_form_interval_of_paired_means():
+  """Per-prompt differences d_i = on_i - off_i: the paired bootstrap of mean(on) - mean(off)
+  is the bootstrap of mean(d), whose interval is mean(d) +- z * s_d / sqrt(n); the prompt
+  effect (shared by both sides, 10x the effect's spread) cancels."""
+  rng = np.random.default_rng(11)
+  prompt = rng.normal(0.0, 10.0, size=300)
+  effect = rng.normal(0.5, 1.0, size=300)
+  pairs = [([{"v": p + e}], [{"v": p}]) for p, e in zip(prompt, effect)]
+  value = lambda rows: float(np.mean([r["v"] for r in rows]))
+  point, low, high = stats.paired_difference(pairs, value, seed=4)
+  half = 1.959964 * effect.std(ddof=1) / np.sqrt(len(effect))
+  assert point == pytest.approx(effect.mean())
+  assert low == pytest.approx(effect.mean() - half, abs=0.12 * half)
+  assert high == pytest.approx(effect.mean() + half, abs=0.12 * half)
+  assert stats.paired_difference(pairs, value, seed=4) == (point, low, high)
+  with pytest.raises(ValueError, match="no pairs"):
+    stats.paired_difference([], value)
+
+
+def test_paired_matches_units_by_key():
+  on = [{"item": "a", "v": 1}, {"item": "b", "v": 2}, {"item": "a", "v": 3}, {"item": "c"}]
+  off = [{"item": "b", "v": 5}, {"item": "a", "v": 6}]
+  pairs = stats.paired(on, off, "item")
+  assert [(len(a), len(b)) for a, b in pairs] == [(2, 1), (1, 1)]
+  assert all({r["item"] for r in a} == {r["item"] for r in b} for a, b in pairs)
+
+
+def test_bootstrap_counts_is_the_bootstrap_of_the_units_it_counts():
+  """A proportion of n 0/1 units: resampling the counts gives the interval of resampling the
+  units (within Monte Carlo error), and both the closed-form p +- z sqrt(p(1-p)/n)."""
+  n, hits = 400, 120
+  units = [1.0] * hits + [0.0] * (n - hits)
+  p = hits / n
+  half = 1.959964 * np.sqrt(p * (1 - p) / n)
+  point, low, high = stats.bootstrap_counts([hits, n - hits], lambda k: k[0] / k.sum())
+  _, low_u, high_u = stats.bootstrap(units, _mean)
+  assert point == pytest.approx(p)
+  assert low == pytest.approx(p - half, abs=0.1 * half)
+  assert high == pytest.approx(p + half, abs=0.1 * half)
+  assert low == pytest.approx(low_u, abs=0.1 * half) and high == pytest.approx(high_u,
+                                                                              abs=0.1 * half)
+  assert stats.bootstrap_counts([hits, n - hits], lambda k: k[0] / k.sum()) == (point, low, high)
+  assert np.isnan(stats.bootstrap_counts([1, 0], lambda k: k[0])[1])  # one unit
+  with pytest.raises(ValueError, match="no units"):
+    stats.bootstrap_counts([0, 0], lambda k: k[0])
+
+
+def test_bootstrap_each_gives_every_component_the_scalar_interval():
+  """A vector statistic's components get the intervals of bootstrapping each alone (same
+  seed, same draws); a component that is NaN in some draws keeps the others."""
+  rng = np.random.default_rng(2)
+  records = [{"a": float(x), "b": float(y)} for x, y in rng.normal(size=(50, 2))]
+  both = stats.bootstrap_each(records, lambda rs: [np.mean([r["a"] for r in rs]),
+                                                   np.mean([r["b"] for r in rs])], seed=3)
+  alone = stats.bootstrap(records, lambda rs: float(np.mean([r["b"] for r in rs])), seed=3)
+  assert both[1] == pytest.approx(alone)
+  nan_some = stats.bootstrap_each(
+      [1.0, 2.0, 3.0], lambda rs: [np.mean(rs), np.nan if 3.0 not in rs else 1.0])
+  assert nan_some[1] == (1.0, 1.0, 1.0) and nan_some[0][1] < 2.0 < nan_some[0][2]
+
+
+def test_zero_count_bound_and_fmt():
+  bound = stats.zero_count_bound(1000)
+  assert (1 - bound) ** 1000 == pytest.approx(0.05)  # P(0 events | p = bound) = 5%
+  assert bound == pytest.approx(3 / 1000, rel=0.01)
+  with pytest.raises(ValueError, match="n=0"):
+    stats.zero_count_bound(0)
+  assert stats.fmt((0.195, 0.14, 0.25), 1, scale=100) == "19.5 [14.0, 25.0]"
+  assert stats.fmt((float("nan"),) * 3) == "-"
