@@ -136,11 +136,18 @@ def _need(path: Path) -> Path:
 
 def draw(items: list[Item], limit: int, seed: int) -> list[Item]:
   """The first `limit` items after a permutation seeded by `seed` (all when limit is 0)."""
-  if limit and limit < len(items):
-    items = list(items)
-    random.Random(seed).shuffle(items)
-    items = items[:limit]
-  return items
+  return draw_batch(items, limit, 0, seed)
+
+
+def draw_batch(items: list[Item], size: int, batch: int, seed: int) -> list[Item]:
+  """Batch `batch` of `size` items of one seeded permutation: batch 0 is `draw(items, size,
+  seed)` (all items, in order, when `size` is 0 or covers them), batch b the next `size` items
+  of the same permutation, so batches never repeat an item; empty once they are used up."""
+  if not size or size >= len(items):
+    return list(items) if batch == 0 else []
+  order = list(items)
+  random.Random(seed).shuffle(order)
+  return order[size * batch:size * (batch + 1)]
 
 
 def labels(dataset: str, data: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:

@@ -16,12 +16,14 @@ from typing import Iterator
 import numpy as np
 
 from experiments import workloads
-from experiments.runner import plots, stats
+from experiments.runner import plots, projection, stats
 
 
-def _items(c) -> list:
+def _items(c, batch: int = 0) -> list:
   """`c.per_workload` items of each workload; with `c.split`, items of the drafters' training
-  sources (JSON schemas, BFCL questions) come from that split only."""
+  sources (JSON schemas, BFCL questions) come from that split only. Batch b > 0 (a cell grown
+  to a target interval width) holds the next `c.per_workload` of the same seeded draw, so
+  batches never repeat a prompt; it is empty once a workload runs out."""
   from infernix_jax.train.prompts import split_of
 
   out = []
@@ -30,7 +32,7 @@ def _items(c) -> list:
     if c.split:
       items = [it for it in items
                if not it.id.startswith(TRAINED_SOURCES) or split_of(it.id) == c.split]
-    out += workloads.draw(items, c.per_workload, c.seed)
+    out += workloads.draw_batch(items, c.per_workload, batch, c.seed)
   return out
 
 
@@ -129,14 +131,17 @@ def config_k(d) -> int:
   return int(d.get("k", 0))
 
 
-def run_cell(c, ctx) -> Iterator[dict]:
+def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
+  """The cell's requests (batch b: the b-th further batch of prompts, seeds continuing) and
+  one measurement of the timed call."""
   from infernix_jax.runtime import GenerationRequest, SamplingOptions
   from infernix_jax.cli.generate import frame_prompt
 
   loaded = _target(c, ctx)
   tok = loaded[0].tokenizer
   eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, loaded))
-  items = _items(c)
+  items = _items(c, batch)
+  first_seed = c.seed + batch * units(c)
   reqs, kept = [], []
   for i, item in enumerate(items):
     ids = list(tok.encode(frame_prompt(tok, item.prompt)))
@@ -149,7 +154,7 @@ def run_cell(c, ctx) -> Iterator[dict]:
     reqs.append(GenerationRequest(
         ids, max_tokens=budget, constraint=constraint,
         backend=None if c.backend == "auto" or constraint is None else c.backend,
-        sampling=SamplingOptions(temperature=c.temperature, seed=c.seed + i)))
+        sampling=SamplingOptions(temperature=c.temperature, seed=first_seed + i)))
     kept.append(item)
   if not reqs:
     return
@@ -209,6 +214,26 @@ def accepted_length(rows) -> float:
   rounds (each round commits its accepted drafts and one token of the target)."""
   rounds = sum(r["rounds"] for r in rows)
   return (sum(r["accepted"] for r in rows) + rounds) / max(rounds, 1)
+
+
+def interval(records, c) -> tuple[float, float, float]:
+  """The target figure of a cell sized by a target width: accepted length with its 95%
+  interval over prompts."""
+  return _accepted_interval([r for r in records if r.get("kind") == "request"])
+
+
+def headline(records, c) -> str:
+  """The index's headline: the cell with the longest accepted length, with its interval."""
+  by_cell = collections.defaultdict(list)
+  for r in records:
+    if r.get("kind") == "request":
+      by_cell[r["cell"]].append(r)
+  if not by_cell:
+    return ""
+  ov = {r["cell"]: r.get("overrides", {}) for r in records if r.get("kind") == "cell"}
+  best = max(by_cell, key=lambda cell: accepted_length(by_cell[cell]))
+  return (f"longest accepted length {stats.fmt(_accepted_interval(by_cell[best]))} tokens per "
+          f"round, {label(ov.get(best, {}))} (of {len(by_cell)} cells; 95% over prompts)")
 
 
 def _accepted_interval(rows) -> tuple[float, float, float]:
@@ -299,9 +324,56 @@ def _bounds(intervals) -> list[tuple[float, float]]:
   return [(lo, hi) for _, lo, hi in intervals]
 
 
+def _measurements(records) -> dict:
+  """Per cell, its timed calls combined (a cell grown in batches has one per batch): tokens/s
+  over all of them, host shares weighted by round time."""
+  out = {}
+  for r in records:
+    if r.get("kind") != "measurement":
+      continue
+    m = out.setdefault(r["cell"], {"tokens": 0, "wall_s": 0.0, "host": 0.0, "weight": 0.0})
+    weight = r["round_ms"] * r["rounds"]
+    m["tokens"] += r["tokens"]
+    m["wall_s"] += r["wall_s"]
+    m["host"] += r["host_share"] * weight
+    m["weight"] += weight
+  return {cell: {"tokens_per_s": m["tokens"] / max(m["wall_s"], 1e-9),
+                 "host_share": m["host"] / max(m["weight"], 1e-12)} for cell, m in out.items()}
+
+
+def _projection_rows(cells, ov, by_cell, c) -> list:
+  """Per drafting cell: the projected speedup on each (hardware, target) of
+  `projection.columns()`, 'x [lo, hi]' from the accepted length's interval (the speedup
+  increases with it)."""
+  rows = []
+  for cell in cells:
+    rs = by_cell.get(cell, [])
+    rounds = sum(r["rounds"] for r in rs)
+    if not rs or not sum(r["drafted"] for r in rs):
+      continue
+    o = ov[cell]
+    name = o.get("drafter.name", c.drafter.name)
+    if name not in projection.DRAFTER_KIND:
+      continue
+    k = int(o.get("drafter.options.k", config_k(c.drafter)))
+    drafted = sum(r["drafted"] for r in rs) / max(rounds, 1)
+    context = float(np.mean([r["prompt_tokens"] + r["tokens"] / 2 for r in rs]))
+    lanes = int(o.get("lanes", c.lanes))
+    point, low, high = _accepted_interval(rs)
+    row = [label(o)]
+    for hw, shape in projection.columns():
+      one = lambda length: projection.speedup(  # noqa: E731
+          length, hw, shape, name, k, drafted_per_round=drafted, lanes=lanes,
+          context=int(context))
+      row.append(stats.fmt((one(point), *(one(x) if not np.isnan(x) else x
+                                          for x in (low, high)))))
+    rows.append(row)
+  return rows
+
+
 def summarize(records, c, out: Path) -> str:
   reqs = [r for r in records if r.get("kind") == "request"]
-  meas = {r["cell"]: r for r in records if r.get("kind") == "measurement"}
+  meas = _measurements(records)
   by_cell = collections.defaultdict(list)
   for r in reqs:
     by_cell[r["cell"]].append(r)
@@ -355,6 +427,20 @@ def summarize(records, c, out: Path) -> str:
                          xlabel="draft position", ylabel="P(accepted | drafted)",
                          dodge=min(0.3 / max(len(pos), 1), 0.05))
       parts += [f"![acceptance by position]({name})", ""]
+  projected = _projection_rows(cells, ov, by_cell, c)
+  if projected:
+    parts += ["### Speedup projected onto other hardware and targets", "",
+              "Decode speedup over ordinary decoding if each cell's measured acceptance held "
+              "there: accepted length x t(decode step) / (t(draft) + t(verify over 1 + drafted "
+              "positions)), each step a roofline (HBM bandwidth, dense bf16 rate, a 20 us "
+              "step overhead) of the target's published shape at the cell's lanes and mean "
+              "context; the drafter's device work by kind (n-gram and jump-forward none, MTP K "
+              "steps of one layer + head, DFlash one pass of 2 layers + head over K). The "
+              "interval carries the accepted length's; the model, not a measurement "
+              "(`experiments/runner/projection.py` states its assumptions). No accelerator "
+              "was at hand to check it against.", "",
+              plots.table(["cell", *[f"{hw.name} {shape.name}" for hw, shape
+                                     in projection.columns()]], projected), ""]
   effects = _effects(cells, ov, by_cell)
   if effects:
     parts += ["### Effect of one axis", "",

@@ -104,7 +104,13 @@ def test_decode_records_hold_the_full_request(smoke_runs):
   c, d = smoke_runs("acceptance")
   reqs = [r for r in store.read_records(d) if r.get("kind") == "request"
           and r["overrides"]["constrained"]]
-  assert len(reqs) == c.per_workload
+  # Sized to a target width: the cell grew by a batch of new prompts until its cap.
+  assert len(reqs) == c.max_units == 2 * c.per_workload
+  assert [r["batch"] for r in reqs] == [0, 0, 1, 1] and len({r["item"] for r in reqs}) == 4
+  assert len({r["sampling"]["seed"] for r in reqs}) == 4
+  close = _cells(d)[reqs[0]["cell"]]
+  assert close["sample"]["stopped"] == "cap" and close["sample"]["units"] == 4
+  assert "Cell sizes: grown in batches" in (d / "summary.md").read_text()
   for r in reqs:
     assert r["item"].startswith("regex/dates/") and r["constraint"][0] == "regex"
     assert r["sampling"]["temperature"] == 0.0 and isinstance(r["sampling"]["seed"], int)
@@ -114,7 +120,8 @@ def test_decode_records_hold_the_full_request(smoke_runs):
 
 
 @pytest.mark.parametrize("name,variant", [("acceptance", ""), ("acceptance", "k"),
-                                          ("acceptance", "backend"), ("engine", ""),
+                                          ("acceptance", "backend"), ("acceptance", "flagship"),
+                                          ("engine", ""),
                                           ("engine", "quick"), ("classification", ""),
                                           ("exactness", ""), ("trie", ""), ("faithful", ""),
                                           ("faithful_classification", ""),

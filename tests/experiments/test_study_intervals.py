@@ -65,8 +65,10 @@ def _decode_records():
             "cell": cell, "overrides": ov, "kind": "request", "item": f"p{p}",
             "workload": "regex:dates", "rounds": len(per_round), "accepted": accepted,
             "drafted": 4 * len(per_round), "per_round": per_round, "valid": True,
-            "finish_reason": "stop", "jump_forward_tokens": 0})
-    records.append({"cell": cell, "overrides": ov, "kind": "measurement", "tokens_per_s": 5.0,
+            "finish_reason": "stop", "jump_forward_tokens": 0, "prompt_tokens": 40,
+            "tokens": accepted + len(per_round)})
+    records.append({"cell": cell, "overrides": ov, "kind": "measurement", "tokens": 100,
+                    "wall_s": 20.0, "rounds": 60, "round_ms": 300.0, "tokens_per_s": 5.0,
                     "host_share": 0.01})
   return records
 
@@ -88,6 +90,14 @@ def test_decode_summary_gives_accepted_length_and_positions_intervals(tmp_path):
   assert "interval over prompts" in text
   for name in ("accepted_length.png", "acceptance_by_position.png"):
     assert (tmp_path / name).stat().st_size > 0
+  # The target figure of a cell grown to a width, and the index's headline, are this interval.
+  assert decode.interval(rows, c)[0] == pytest.approx(point, abs=0.005)
+  assert decode.headline(records, c).startswith(f"longest accepted length {cols[2]} tokens per "
+                                                "round, ngram constrained (of 2 cells")
+  # Projected speedups: a host drafter on a weight-bound H200 step keeps its accepted length.
+  proj = _row(text.split("### Speedup projected")[1], "| ngram constrained |")
+  h200_8b = _bracketed(proj[3])
+  assert h200_8b[0] == pytest.approx(point, rel=0.02) and h200_8b[1] <= h200_8b[0] <= h200_8b[2]
 
 
 def test_decode_axis_effect_pairs_the_same_prompt():

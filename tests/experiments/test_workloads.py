@@ -87,3 +87,13 @@ def test_fuzzy_match_of_free_answers():
   assert match(" 'LOC:city'.\nBecause...", labels) == "LOC:city"
   assert match("card arival", labels) == "card_arrival"
   assert match("I do not know", labels) is None
+
+
+def test_batches_of_a_draw_continue_its_permutation_without_repeats():
+  items = [workloads.Item(f"i{n}", "w", "p", None, None, 8, "") for n in range(10)]
+  assert workloads.draw_batch(items, 4, 0, 3) == workloads.draw(items, 4, 3)
+  batches = [workloads.draw_batch(items, 4, b, 3) for b in range(4)]
+  assert [len(b) for b in batches] == [4, 4, 2, 0]
+  ids = [it.id for b in batches for it in b]
+  assert sorted(ids) == sorted(it.id for it in items)  # each item once
+  assert workloads.draw_batch(items, 10, 0, 3) == items and not workloads.draw_batch(items, 10, 1, 3)
