@@ -50,8 +50,9 @@ class TraceArrays:
     states: int8[B, P'] constraint state per position (-1: unconstrained lane).
     legal: i32[B, P'] legal-set size per position (-1: unconstrained lane).
     legal_mass: f32[B, P'] share of the raw softmax (T = 1) on the legal set.
-    top_ids, top_probs: [B, P', TOP] the target's most probable tokens under the p that
-      acceptance uses (temperature 1 for greedy lanes: their argmax is the greedy token).
+    top_ids, top_probs: [B, P', TOP] the target's most probable legal tokens, p over the
+      legal set at the lane's temperature (1 for greedy lanes: their argmax is the greedy
+      token), before top-k / top-p / min-p truncation and penalties.
     q_ids, q_probs: [B, K', Q_TOP] the drafter's most probable q (after masking); None for
       one-hot q (the draft itself has q = 1).
   """
@@ -94,22 +95,25 @@ def trace_step(logits, mask, states, enabled, prop, params, seed, position, bias
                                            vocab_size)
   z = logits.reshape(b * p, vm).astype(jnp.float32)  # [R, Vm], R = B P'
   if mask is None:
-    flat, rows_on = None, None
     legal = jnp.broadcast_to(jnp.arange(vm) < vocab_size, (b * p, vm))
     count = jnp.full((b, p), -1, jnp.int32)
     st = jnp.full((b, p), -1, jnp.int8)
   else:
-    flat, rows_on = mask.reshape(b * p, -1), jnp.repeat(enabled, p)  # [R, W], [R]
-    legal = ip.unpack_legal(flat, rows_on, vocab_size, vm)  # [R, Vm]
+    legal = ip.unpack_legal(mask.reshape(b * p, -1), jnp.repeat(enabled, p), vocab_size,
+                            vm)  # [R, Vm]
     count = jnp.where(enabled[:, None],
                       jnp.sum(jax.lax.population_count(mask), axis=-1), -1)  # [B, P']
     st = jnp.where(enabled[:, None], states, jnp.int8(-1))
-  raw = jax.nn.softmax(jnp.where(jnp.arange(vm) < vocab_size, z, -jnp.inf), axis=-1)
-  mass = jnp.sum(jnp.where(legal, raw, 0.0), axis=-1).reshape(b, p)
-  rp = jax.tree.map(lambda x: jnp.repeat(x, p, axis=0), params)
-  rp = dataclasses.replace(rp, temperature=jnp.where(rp.temperature > 0, rp.temperature, 1.0))
-  probs, _, _ = ip.masked_probs_reference(z, flat, rows_on, rp, vocab_size=vocab_size)
-  top_probs, top_ids = jax.lax.top_k(probs, min(top, vm))  # [R, TOP]
+  in_vocab = jnp.arange(vm) < vocab_size
+  lse = jax.nn.logsumexp(jnp.where(in_vocab, z, -jnp.inf), axis=-1)  # [R]
+  mass = jnp.exp(jax.nn.logsumexp(jnp.where(legal, z, -jnp.inf), axis=-1) - lse).reshape(b, p)
+  # p over the legal set at the lane's temperature (1 for greedy lanes: same argmax), with no
+  # sort: top-k of the masked logits, normalized by their log-sum-exp.
+  t = jnp.repeat(jnp.where(params.temperature > 0, params.temperature, 1.0), p)[:, None]
+  zl = jnp.where(legal, z / t, -jnp.inf)  # [R, Vm]
+  best, top_ids = jax.lax.top_k(zl, min(top, vm))  # [R, TOP]
+  top_probs = jnp.where(jnp.isfinite(best),
+                        jnp.exp(best - jax.nn.logsumexp(zl, axis=-1, keepdims=True)), 0.0)
   q_ids = q_probs = None
   if isinstance(q, ip.SparseQ):
     q_probs, at = jax.lax.top_k(q.probs.astype(jnp.float32), min(Q_TOP, q.probs.shape[-1]))

@@ -115,3 +115,27 @@ def test_trace_is_a_boolean_and_needs_the_stages_bridge():
   eng = Engine(model, h.toy_vocab(), NGramDrafter(k=K), lanes=1, capacity=32, bridge="callback")
   with pytest.raises(FeatureConflictError, match="stages bridge"):
     eng.submit(GenerationRequest([1, 2], max_tokens=2, trace=True))
+
+
+def test_server_body_field_trace():
+  from infernix_jax.api import RequestError
+  from infernix_jax.serve import requests as rq
+  body = {"messages": [{"role": "user", "content": "hi"}], "trace": True}
+  assert rq.parse_chat(body, drafter="ngram", k=4).options["trace"] is True
+  assert "trace" not in rq.parse_text({"prompt": "hi"}, drafter="ngram", k=4).options
+  with pytest.raises(RequestError) as e:
+    rq.parse_text({"prompt": "hi", "trace": "yes"}, drafter="ngram", k=4)
+  assert e.value.param == "trace"
+
+
+def test_api_completion_carries_the_trace(smollm2_llm):
+  """`LLM.generate(..., trace=True)` on the embedded model: the trace names the model and
+  agrees with the completion's tokens and rounds."""
+  c = smollm2_llm.generate("Pick a colour", choice=["red", "green", "blue"], max_tokens=8,
+                           trace=True)
+  t = c.trace
+  assert t is not None and t["meta"]["model"] == smollm2_llm.model_name
+  assert [x["id"] for x in t["tokens"]] == c.token_ids
+  assert len(t["rounds"]) == c.stats["rounds"]
+  assert smollm2_llm.generate("Pick a colour", choice=["red", "green", "blue"],
+                              max_tokens=8).trace is None
