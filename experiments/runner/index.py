@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -95,7 +96,7 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
       continue
     published.append((config, arg, folder, command, summary))
 
-  rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve()).as_posix()  # noqa: E731
+  rel = lambda p: Path(os.path.relpath(Path(p).resolve(), out.parent.resolve())).as_posix()  # noqa: E731
   lines = ["# Results", "",
            "Written by `python -m experiments.report --index` from the study configs and the "
            "reports they published; rerun it after publishing. Each headline figure is "

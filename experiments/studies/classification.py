@@ -124,6 +124,19 @@ def accuracy_gain(trie_rows, pe_rows) -> tuple[float, float, float]:
   return stats.paired_difference(pairs, lambda rs: 100 * sum(r["correct"] for r in rs) / len(rs))
 
 
+def headline(records, c) -> str:
+  """The index's headline: trie-constrained minus prompt-only accuracy per dataset, paired
+  over examples."""
+  agg = collections.defaultdict(list)
+  for r in records:
+    if r.get("kind") == "request":
+      agg[(r["dataset"], r["mode"])].append(r)
+  gains = [f"{d} {stats.fmt(accuracy_gain(agg[(d, 'trie')], agg[(d, 'pe')]), 1)}"
+           for d in dict.fromkeys(d for d, _ in agg) if agg[(d, "trie")] and agg[(d, "pe")]]
+  return ("trie-constrained minus prompt-only accuracy, points (paired over examples): "
+          + "; ".join(gains)) if gains else ""
+
+
 def summarize(records, c, out: Path) -> str:
   reqs = [r for r in records if r.get("kind") == "request"]
   agg = collections.defaultdict(list)

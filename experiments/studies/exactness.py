@@ -178,6 +178,23 @@ def frequency_interval(observed: float, n: int) -> tuple[float, float]:
   return stats.bootstrap_counts([k, n - k], lambda c: c[0] / c.sum())[1:]
 
 
+def headline(records, c) -> str:
+  """The index's headline: per counter-example, the TV distance to the exact distribution of
+  the exact rule and of the naive rule, each with its interval over samples."""
+  meas = [r for r in records if r.get("kind") == "measurement"]
+  by = {(r.get("overrides", {}).get("drafter", c.drafter),
+         r.get("overrides", {}).get("rule", c.rule)): r for r in meas}
+  out = []
+  for drafter in dict.fromkeys(d for d, _ in by):
+    if not drafter.startswith("counter") or (drafter, "exact") not in by:
+      continue
+    text = f"{drafter}: exact rule {stats.fmt(tv_interval(by[(drafter, 'exact')]), 4)}"
+    if (drafter, "drop-illegal") in by:
+      text += f" vs drop-illegal {stats.fmt(tv_interval(by[(drafter, 'drop-illegal')]), 4)}"
+    out.append(text)
+  return "TV distance to the exact distribution, " + "; ".join(out) if out else ""
+
+
 def summarize(records, c, out: Path) -> str:
   meas = [r for r in records if r.get("kind") == "measurement"]
   ov = lambda r: r.get("overrides", {})  # noqa: E731

@@ -308,6 +308,17 @@ def fmt(v: float, digits: int = 2) -> str:
   return f"{v:.{digits}f}"
 
 
+def headline(records, c) -> str:
+  """The index's headline: exact-finite / local accepted length pooled over every (cell,
+  prompt) pair."""
+  pooled = [p for row in cells(records, c) if row["ratio"] > 0 for p in row["pairs"]]
+  if not pooled:
+    return ""
+  ratio = stats.paired_ratio(pooled, accepted_length)
+  return (f"exact-finite / local accepted length {stats.fmt(ratio)} (paired over "
+          f"{len(pooled)} cell prompts)")
+
+
 def summarize(records, c, out: Path) -> str:
   rows = cells(records, c)
   costs = phi_costs(rows)

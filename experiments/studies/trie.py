@@ -55,6 +55,29 @@ def run_cell(c, ctx) -> Iterator[dict]:
   yield from out
 
 
+def headline(records, c) -> str:
+  """The index's headline: the warm compile time of the largest main-vocabulary tool set, trie
+  vs xgrammar, and the masks' equivalence bound (timings are single aggregates: no interval)."""
+  d = {(r["vocab"], r["set"], r["k"], r["engine"], r["metric"]): r["value"]
+       for r in records if r.get("kind") == "measurement"}
+  sizes = [k for (v, s, k, e, m) in d if v == c.main_vocab and s == "tools"
+           and e == "trie" and m == "compile_warm_s"]
+  if not sizes:
+    return ""
+  k = max(sizes)
+  trie = d[(c.main_vocab, "tools", k, "trie", "compile_warm_s")]
+  peer = d.get((c.main_vocab, "tools", k, "xgrammar-regex", "compile_warm_s"))
+  text = f"warm compile of {k:,} tool names ({c.main_vocab}): trie {trie:.3g} s"
+  if peer:
+    text += f" vs xgrammar {peer:.3g} s ({peer / trie:.0f}x; medians of repeats, no interval)"
+  mism = [v for (_, _, _, e, m), v in d.items() if e == "trie-vs-xgrammar" and m == "mismatches"]
+  walks = c.get("equivalence_walks", 0)
+  if mism and not any(mism) and walks:
+    text += (f"; masks equal xgrammar's in every one of {walks * len(mism):,} walks (mismatch "
+             f"rate < {100 * stats.zero_count_bound(walks * len(mism)):.3f}%)")
+  return text
+
+
 def summarize(records, c, out: Path) -> str:
   from experiments.trie_repro import report
 

@@ -48,3 +48,14 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   assert pngs and all(f"(exactness/{name})" in page for name in pngs)
   assert "## Not published yet" in page and "`configs/faithful.py`" in page
   assert "- [Kernel benchmark](kernels.md)" in page
+
+
+def test_every_published_study_has_a_headline_from_its_run(tmp_path):
+  """The committed run directories give each published study its headline figure."""
+  page = index.build(out=tmp_path / "README.md").read_text()
+  entries = page.split("\n## ")[1:]
+  published = [e for e in entries if e.startswith(("Not published", "Benchmark")) is False]
+  assert len(published) >= 9
+  for entry in published:
+    assert "**Headline.** " in entry, entry.splitlines()[0]
+  assert "[" in page.split("**Headline.** ")[1].split("\n")[0]  # an interval, 'x [lo, hi]'
