@@ -33,6 +33,7 @@ def base() -> ml_collections.ConfigDict:
   c.target_width = 0.0            # > 0: a cell grows in batches of new prompts until the 95%
   c.max_units = 0                 #   interval of its accepted length is this wide, or it has
                                   #   run max_units requests (0 = fixed per_workload)
+  c.trace_first = 0               # per cell, the first N requests keep a per-token trace
   c.split = "validation"          # items in the drafters' validation split ("" = any)
   c.seed = 0
   c.max_tokens = 48               # 0 = each item's own budget
@@ -111,6 +112,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.capacity = 256
     c.drafter.options.weights = "random"  # trained drafters untrained on the random target
     c.drafter.jump_forward = True
+    c.trace_first = 1
     c.target_width = 0.001  # unreachable: each cell grows by one batch to its cap
     c.max_units = 4
     c.publish_dir = ""

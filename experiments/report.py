@@ -115,6 +115,8 @@ def build(run_dirs, *, out_dir=None, publish_dir: str = "") -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for f in [summary, *sorted(out.glob("*.png"))]:
       shutil.copyfile(f, dest / f.name)
+    if (out / "traces").is_dir():  # a study's trace pages, linked from its summary
+      shutil.copytree(out / "traces", dest / "traces", dirs_exist_ok=True)
   return summary
 
 

@@ -142,12 +142,16 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
   return rd.path
 
 
+MIN_UNITS = 8  # a percentile bootstrap over fewer units is too coarse to stop on
+
+
 def sized_records(study, c, ctx):
   """The records of one cell: `study.run_cell(c, ctx)`'s, and where the config asks for a
   target interval width (`c.target_width` > 0) further batches `run_cell(c, ctx, batch=b)`
   (b = 1, 2, ...: new units, disjoint from the batches before) until the study's 95% interval
-  of its target figure (`study.interval(records, c)`) is that narrow, `c.max_units` requests
-  have run, or a batch brings none (the source is exhausted). Records then carry their batch.
+  of its target figure (`study.interval(records, c)`) is that narrow over at least
+  min(`c.max_units`, MIN_UNITS) requests, `c.max_units` requests have run, or a batch brings
+  none (the source is exhausted). Records then carry their batch.
 
   Returns (as the generator's value): None for a fixed size, else {"target_width", "width",
   "point", "units", "batches", "stopped": "reached" | "cap" | "exhausted"}.
@@ -183,8 +187,8 @@ def sized_records(study, c, ctx):
     units += fresh
     point, low, high = study.interval(kept, c)
     width = high - low if not (math.isnan(low) or math.isnan(high)) else math.inf
-    stopped = ("reached" if width <= target else "exhausted" if not fresh
-               else "cap" if units >= cap else None)
+    stopped = ("reached" if width <= target and units >= min(cap, MIN_UNITS)
+               else "exhausted" if not fresh else "cap" if units >= cap else None)
     if stopped:
       return {"target_width": target, "width": width, "point": point, "units": units,
               "batches": batch + 1, "stopped": stopped}

@@ -118,6 +118,10 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
     lines += [f"Report: [{rel(summary)}]({rel(summary)}) · config `{arg}` · "
               f"`{command}` · published {_published_on(root, summary)} at git {revision}"
               + ("" if run_dir.exists() else " · run directory not committed"), ""]
+    pages = sorted((summary.parent / "traces").glob("*.html"))
+    if pages:
+      lines += ["Per-token trace pages: " + " · ".join(
+          f"[{p.stem.split('-', 1)[-1]}]({rel(p)})" for p in pages), ""]
     for alt, png in _PLOT.findall(summary.read_text()):
       if (summary.parent / png).exists():
         lines += [f"![{alt}]({rel(summary.parent / png)})", ""]

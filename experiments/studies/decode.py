@@ -142,6 +142,7 @@ def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
   eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, loaded))
   items = _items(c, batch)
   first_seed = c.seed + batch * units(c)
+  traced = int(c.get("trace_first", 0)) if batch == 0 else 0  # the first requests' traces
   reqs, kept = [], []
   for i, item in enumerate(items):
     ids = list(tok.encode(frame_prompt(tok, item.prompt)))
@@ -154,7 +155,8 @@ def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
     reqs.append(GenerationRequest(
         ids, max_tokens=budget, constraint=constraint,
         backend=None if c.backend == "auto" or constraint is None else c.backend,
-        sampling=SamplingOptions(temperature=c.temperature, seed=first_seed + i)))
+        sampling=SamplingOptions(temperature=c.temperature, seed=first_seed + i),
+        trace=len(reqs) < traced))
     kept.append(item)
   if not reqs:
     return
@@ -183,6 +185,8 @@ def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
         "jump_forward_tokens": res.constraint.jump_forward_tokens if res.constraint else 0,
         "valid": item.validate(res.text) if completed else None,
         "wall_s": res.wall_seconds}
+    if res.trace is not None:
+      yield {"kind": "trace", "item": item.id, "trace": res.trace}
   hs, st = eng.host.stats, eng.stats
   rounds = max(st["round_seconds"], 1e-9)
   tokens = sum(len(r.token_ids) for r in results)
@@ -341,6 +345,42 @@ def _measurements(records) -> dict:
                  "host_share": m["host"] / max(m["weight"], 1e-12)} for cell, m in out.items()}
 
 
+TRACES = "traces"  # the folder of a summary's trace pages
+
+
+def _trace_pages(records, ov, out: Path) -> list[str]:
+  """One page per kept trace (`trace_first` requests of each cell) under out/traces/, and a
+  table linking them with their accepted length and token origins."""
+  from infernix_jax import trace_page
+
+  for stale in sorted((out / TRACES).glob("*.html")):  # pages of an earlier report
+    stale.unlink()
+  kept = [r for r in records if r.get("kind") == "trace"]
+  if not kept:
+    return []
+  rows = []
+  for n, r in enumerate(kept):
+    cell = label(ov.get(r["cell"], r.get("overrides", {})))
+    name = f"{TRACES}/{n:03d}-{_slug(cell)}.html"
+    trace_page.write([r["trace"]], out / name, title=f"{cell}: {r['item']}")
+    facts = trace_page.summary(r["trace"])
+    origins = ", ".join(f"{k} {v}" for k, v in sorted(facts["origins"].items()))
+    rows.append([f"[{cell}]({name})", r["item"], f"{facts['accepted_length']:.2f}",
+                 facts["tokens"], origins])
+  return ["### Traces", "",
+          "The first requests of each cell decoded with a per-token trace (`trace_first`): "
+          "each page colours every output token by its origin and shows, per position, the "
+          "drafts, the target's top candidates and the legal-set size. Traced requests run in "
+          "the cell's timed call (tracing costs about 2% of tokens/s: "
+          "`docs/results/trace_overhead.md`).", "",
+          plots.table(["cell (page)", "prompt", "accepted length", "tokens", "origins"], rows,
+                      "llrrl"), ""]
+
+
+def _slug(text: str) -> str:
+  return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")[:60] or "base"
+
+
 def _projection_rows(cells, ov, by_cell, c) -> list:
   """Per drafting cell: the projected speedup on each (hardware, target) of
   `projection.columns()`, 'x [lo, hi]' from the accepted length's interval (the speedup
@@ -427,6 +467,7 @@ def summarize(records, c, out: Path) -> str:
                          xlabel="draft position", ylabel="P(accepted | drafted)",
                          dodge=min(0.3 / max(len(pos), 1), 0.05))
       parts += [f"![acceptance by position]({name})", ""]
+  parts += _trace_pages(records, ov, out)
   projected = _projection_rows(cells, ov, by_cell, c)
   if projected:
     parts += ["### Speedup projected onto other hardware and targets", "",

@@ -104,13 +104,22 @@ def test_decode_records_hold_the_full_request(smoke_runs):
   c, d = smoke_runs("acceptance")
   reqs = [r for r in store.read_records(d) if r.get("kind") == "request"
           and r["overrides"]["constrained"]]
-  # Sized to a target width: the cell grew by a batch of new prompts until its cap.
+  # Sized to a target width: the cell grew by a batch of new prompts to its cap (a width
+  # reached over fewer requests than the cap, when both prompts agree, does not stop it).
   assert len(reqs) == c.max_units == 2 * c.per_workload
   assert [r["batch"] for r in reqs] == [0, 0, 1, 1] and len({r["item"] for r in reqs}) == 4
   assert len({r["sampling"]["seed"] for r in reqs}) == 4
   close = _cells(d)[reqs[0]["cell"]]
-  assert close["sample"]["stopped"] == "cap" and close["sample"]["units"] == 4
-  assert "Cell sizes: grown in batches" in (d / "summary.md").read_text()
+  assert close["sample"]["stopped"] in ("cap", "reached") and close["sample"]["units"] == 4
+  summary = (d / "summary.md").read_text()
+  assert "Cell sizes: grown in batches" in summary
+  # trace_first = 1: each cell's first request kept its trace, and the summary links its page.
+  traces = [r for r in store.read_records(d) if r.get("kind") == "trace"]
+  assert len(traces) == len(_cells(d)) and traces[0]["item"] == reqs[0]["item"]
+  assert [t["trace"]["result"]["finish_reason"] for t in traces if t["cell"] == reqs[0]["cell"]
+          ] == [reqs[0]["finish_reason"]]
+  pages = sorted((d / "traces").glob("*.html"))
+  assert len(pages) == len(traces) and all(f"(traces/{p.name})" in summary for p in pages)
   for r in reqs:
     assert r["item"].startswith("regex/dates/") and r["constraint"][0] == "regex"
     assert r["sampling"]["temperature"] == 0.0 and isinstance(r["sampling"]["seed"], int)
