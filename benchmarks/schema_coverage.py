@@ -38,24 +38,20 @@ from infernix_jax.constrain import _xgr
 from infernix_jax.constrain.schema import check_json_schema
 from infernix_jax.progress import Progress
 from infernix_jax.testing import schema_suite
+from infernix_jax.testing.schema_bench import (EOS, SUBSETS, byte_vocab, keyword_of,
+                                               llg_narrowing, llguidance_accepts, walker_for)
+from infernix_jax.testing.schema_bench import error_key as _error_key
+from infernix_jax.testing.schema_bench import subset_files as _subset_files
 from infernix_jax.testing.schema_oracle import SearchBudgetExceeded, Walker
-from infernix_jax.testing.llguidance_fork import LLGuidanceFork, value_chars
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "../shared/data"
 XGRAMMAR_REPORT = ROOT / "docs/results/schema_coverage.md"
 LLGUIDANCE_REPORT = ROOT / "docs/results/schema_coverage_llguidance.md"
-SUBSETS = ("Github_trivial", "Github_easy", "Github_medium", "Glaiveai2K")
-EOS = 256
-
-
-def byte_vocab():
-  return ic.Vocabulary.from_tokens([bytes([i]) for i in range(256)] + [b"<eos>"],
-                                   eos_ids=[EOS], name="bytes")
 
 
 def subset_files(subset: str, limit: int | None) -> list[Path]:
-  return sorted((DATA / "jsonschemabench" / "data" / subset).glob("*.json"))[:limit]
+  return _subset_files(DATA, subset, limit)
 
 
 def each(items, bar: Progress | None, **metrics):
@@ -77,11 +73,8 @@ def bench_bar(subsets, limit: int | None) -> Progress:
   return Progress(sum(len(subset_files(s, limit)) for s in subsets), "JSONSchemaBench schemas")
 
 
-def keyword_of(e: ic.ConstraintError) -> str:
-  loc = e.location or ""
-  if isinstance(e, ic.UnsupportedSchemaError) and loc:
-    return loc.rsplit("/", 1)[-1] or "(root)"
-  return type(e).__name__
+def _llg_accepts(backend, compiled, walker: Walker, value) -> bool:
+  return llguidance_accepts(backend, compiled, walker, value)
 
 
 def bench_subset(subset: str, vocab, limit: int | None, bar: Progress | None = None) -> dict:
@@ -123,8 +116,7 @@ def bench_subset(subset: str, vocab, limit: int | None, bar: Progress | None = N
       continue
     r["supported"] += 1
     # Draft 4: 1.0 is not an integer, so the oracle must not re-spell it as 1.
-    draft4 = "draft-04" in text[:400] or "draft-03" in text[:400]
-    walker = Walker(EOS, budget=5000, integer_floats=not draft4)
+    walker = walker_for(text)
     mb = mask_dir / f"{subset}---{f.name}"
     if not mb.exists():
       continue
@@ -171,40 +163,6 @@ def suite_table(vocab, bar: Progress | None = None) -> list[str]:
 
 
 # --- llguidance ------------------------------------------------------------------------------
-
-
-def llg_narrowing(value, schema_text: str, file: str = "", group: str = "",
-                  draft7: bool = False) -> str | None:
-  """Why a valid value may lie outside the llguidance backend's language (None: unknown)."""
-  if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in value_chars(value)):
-    return "control characters / DEL need \\u escapes (disabled)"
-  if file == "format.json" or '"format"' in schema_text:
-    return "format is enforced (llguidance's format regexes)"
-  if file == "float-overflow.json":
-    return "1E+308 spelled as an integer overflows"
-  if draft7 and file == "ref.json" and "sibling" in group:
-    return "$ref siblings are intersected (draft-07 ignores them)"
-  for n in schema_suite._numbers(value):
-    if abs(n) >= 2**63 or (not isinstance(n, int) and len(Decimal(str(n)).as_tuple().digits) > 17):
-      return "numbers beyond int64 / 17 significant digits"
-  return None
-
-
-def _llg_accepts(backend, compiled, walker: Walker, value) -> bool:
-  """Walker verdict; an accepted text must also terminate a real session's preview."""
-  ok = walker.accepts(LLGuidanceFork(backend.new_session(compiled, b"")._m, EOS), value)
-  if ok:
-    data = list(walker.text.encode("utf-8")) + [EOS]
-    r = backend.new_session(compiled, b"").preview(data)
-    if not (r.accepted == len(data) and r.terminated):
-      raise AssertionError(f"session replay disagrees with the matcher on {walker.text[:80]!r}")
-  return ok
-
-
-def _error_key(e: ic.ConstraintError) -> str:
-  if isinstance(e, ic.UnsupportedConstraintError):
-    return e.construct
-  return type(e).__name__
 
 
 def llg_suite_table(backend, vocab, bar: Progress | None = None) -> list[str]:
@@ -287,8 +245,7 @@ def llg_bench_subset(backend, subset: str, vocab, limit: int | None,
       constructs[_error_key(e)] += 1
       continue
     r["supported"] += 1
-    draft4 = "draft-04" in text[:400] or "draft-03" in text[:400]
-    walker = Walker(EOS, budget=5000, integer_floats=not draft4)
+    walker = walker_for(text)
     mb = mask_dir / f"{subset}---{f.name}"
     if not mb.exists():
       continue

@@ -32,6 +32,7 @@ STUDIES = {
     "faithful_acceptance": "experiments.studies.faithful_acceptance",  # drafters: exact-finite vs local
     # greedy classification: token-level (local) vs label-level argmax (exact-finite)
     "faithful_classification": "experiments.studies.faithful_classification",
+    "jsonschemabench": "experiments.studies.jsonschemabench",  # arXiv:2501.10868 + MaskBench
 }
 
 
