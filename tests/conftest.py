@@ -29,6 +29,8 @@ SLOW_TESTS = {
     "runtime/test_exactness.py": "an engine per drafter x rule x layout cell; thousands of "
                                  "samples per chi-square test",
     "runtime/test_isolation.py": "an engine per bridge and drafter, NaN rows, tool calls",
+    "runtime/test_trace.py": "traced engines (the greedy n-gram one, a sampling draft model)",
+    "test_trace_page.py": "pages of the traced tiny engine's runs",
     "runtime/test_mesh.py::test_every_drafter_kind_on_a_mesh_equals_one_device": "four drafters "
                                                                              "twice",
     "runtime/test_transactions.py::test_failing_rows_fail_alone": "engine compiles",

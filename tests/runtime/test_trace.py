@@ -139,3 +139,31 @@ def test_api_completion_carries_the_trace(smollm2_llm):
   assert len(t["rounds"]) == c.stats["rounds"]
   assert smollm2_llm.generate("Pick a colour", choice=["red", "green", "blue"],
                               max_tokens=8).trace is None
+
+
+def test_a_sampling_drafter_records_q_and_masked_q_redraws():
+  """A draft model sampling its drafts at T = 1 under a choice constraint: each traced round
+  records the drafter's top q per draft, and where the masked q redrew an illegal proposal
+  the redraw names the position, the proposed and the redrawn token, and the redrawn token is
+  the one verified."""
+  from infernix_jax.runtime import drafters
+
+  cfg, model = h.tiny_model()
+  drafter = drafters.create("draft", {"k": K, "model": h.tiny_model(seed=1), "sampling": True},
+                            target=(cfg, model))
+  eng = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=64)
+  reqs = [GenerationRequest([8, 12, 13, 9], max_tokens=10, constraint=SPEC, trace=True,
+                            sampling=SamplingOptions(temperature=1.0, seed=s)) for s in range(6)]
+  redraws = 0
+  for r in eng.generate(reqs):
+    for rd in r.trace["rounds"]:
+      if not rd["drafted"]:
+        continue
+      assert rd["q"] is not None and len(rd["q"]) == rd["drafted"]
+      assert all(row and 0 < sum(p for _, p in row) <= 1 + 1e-4 for row in rd["q"])  # 5 digits
+      if rd["redraw"]:
+        redraws += 1
+        i = rd["redraw"]["position"]
+        assert rd["redraw"]["drafted"] == rd["proposed"][i] != rd["drafts"][i]
+        assert rd["redraw"]["redrawn"] == rd["drafts"][i]
+  assert redraws > 0  # the untrained draft model proposes illegal tokens often

@@ -110,8 +110,15 @@ def test_json_schema_response_validates(client):
 def test_structured_outputs_extra_parameters(client):
   out = client.chat.completions.create(
       model="smollm2", max_tokens=10, messages=[{"role": "user", "content": "Pick a fruit"}],
-      extra_body={"structured_outputs": {"choice": ["apple", "banana", "cherry"]}})
+      extra_body={"structured_outputs": {"choice": ["apple", "banana", "cherry"]},
+                  "trace": True})
   assert out.choices[0].message.content in ("apple", "banana", "cherry")
+  # The trace body field: the generation's per-token trace rides beside the choices, one
+  # origin per output token, agreeing with the usage's round count.
+  trace = out.model_extra["trace"]
+  assert trace["result"]["finish_reason"] == "stop" and trace["tokens"]
+  assert all(t["origin"] for t in trace["tokens"])
+  assert len(trace["rounds"]) == out.usage.model_extra["speculative"]["rounds"]
   out = client.chat.completions.create(
       model="smollm2", max_tokens=20, messages=[{"role": "user", "content": "A date"}],
       extra_body={"structured_outputs": {"regex": r"\d{4}-\d{2}-\d{2}"}})
