@@ -22,7 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from experiments.runner import stats
+import numpy as np
+
+from experiments.runner import plots, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,29 +83,46 @@ def headline(records, c) -> str:
 def summarize(records, c, out: Path) -> str:
   from experiments.trie_repro import report
 
-  d = {}
+  d, repeats = {}, {}
   for r in records:
     if r.get("kind") == "measurement":
-      d[(r["vocab"], r["set"], r["k"], r["engine"], r["metric"])] = r["value"]
+      key = (r["vocab"], r["set"], r["k"], r["engine"], r["metric"])
+      d[key] = r["value"]
+      if len(r.get("repeats", ())) > 1:
+        repeats[key] = r["repeats"]
   if not d:
     return "No measurements."
   names = report.plots(d, out, main=c.main_vocab)
   return "\n".join(report.method_lines() + [""] + [f"![{n}]({n})" for n in names] + [""]
-                   + report.tables(d, main=c.main_vocab) + [""] + intervals(d, c))
+                   + report.tables(d, main=c.main_vocab) + [""] + intervals(d, c, repeats))
 
 
-def intervals(d: dict, c) -> list[str]:
-  """What the study's figures can say about their own uncertainty: the measurement records
-  hold one aggregate per (vocabulary, set, K, engine, metric), so none is resampled; the
-  Proposition 1 check bounds the chance that a random walk meets a mismatching mask."""
+def intervals(d: dict, c, repeats: dict | None = None) -> list[str]:
+  """What the study's figures can say about their own uncertainty: warm compile times whose
+  records keep each repeat get the median's 95% bootstrap interval over repeats (a table);
+  other timings are one aggregate per (vocabulary, set, K, engine, metric); the Proposition 1
+  check bounds the chance that a random walk meets a mismatching mask."""
+  repeats = repeats or {}
   lines = ["## Intervals", "",
            "Each timing above is one aggregate taken at measurement time (warm compile: the "
            f"median of {c.warm_repeats} repeats, one for a peer above K = 10,000; per step: "
            f"the median over the sampled states of the best of {c.step_passes} passes; batch: "
            f"the median of {c.batch_reps} repetitions; dispatch: the median of "
-           f"{c.dispatch_repeats} repeats), and the records keep only that aggregate, so no "
-           "bootstrap interval can be drawn from this run; the per-step p99 beside each median "
-           "shows the spread over states."]
+           f"{c.dispatch_repeats} repeats). "
+           + ("Records that keep each warm-compile repeat give the median's 95% bootstrap "
+              "interval over repeats below; the others keep only the aggregate. "
+              if repeats else "This run's records keep only that aggregate, so no bootstrap "
+              "interval can be drawn from it (runs from now on keep each compile repeat). ")
+           + "The per-step p99 beside each median shows the spread over states."]
+  rows = []
+  for key in sorted(repeats, key=lambda k: (k[0] != c.main_vocab, k[0], k[1], k[2], k[3], k[4])):
+    vocab, set_name, k, engine, metric = key
+    iv = stats.bootstrap(repeats[key], lambda xs: float(np.median(xs)))
+    rows.append([vocab, set_name, f"{k:,}", engine, metric, len(repeats[key]),
+                 stats.fmt(tuple(1e3 * x for x in iv), 2)])
+  if rows:
+    lines += ["", plots.table(["vocabulary", "set", "K", "engine", "metric", "repeats",
+                               "median ms [95% CI]"], rows, "lllllrr")]
   rows = [v for (_, _, _, engine, metric), v in d.items()
           if engine == "trie-vs-xgrammar" and metric == "mismatches"]
   if rows and all(v == 0 for v in rows):

@@ -274,3 +274,15 @@ def test_trie_bounds_the_proposition_1_walks():
   assert f"all {3 * walks:,} walks" in text
   d[("v", "s0", 10, "trie-vs-xgrammar", "mismatches")] = 1  # a mismatch: no bound is claimed
   assert "Proposition 1" not in "\n".join(trie.intervals(d, c))
+
+
+def test_trie_compile_repeats_give_the_median_an_interval():
+  c = _configs.load("trie")
+  key = (c.main_vocab, "tools", 1000, "trie", "compile_warm_s")
+  repeats = {key: [0.010, 0.012, 0.011, 0.013, 0.020]}
+  text = "\n".join(trie.intervals({key: 0.012}, c, repeats))
+  row = _row(text, f"| {c.main_vocab} | tools | 1,000 | trie |")
+  point, low, high = _bracketed(row[6])
+  assert point == pytest.approx(12.0) and 10.0 <= low <= point <= high <= 20.0
+  assert "records keep only that aggregate" not in text
+  assert "runs from now on keep each compile repeat" in "\n".join(trie.intervals({key: 0.012}, c))
