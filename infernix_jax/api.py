@@ -191,12 +191,15 @@ class LLM:
 
   # --- requests ------------------------------------------------------------------------------
   def render(self, prompt: str | Sequence[Mapping[str, Any]], *, system: str | None = None,
-             tools: Any = None, tool_choice: Any = None) -> str:
+             tools: Any = None, tool_choice: Any = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The chat prompt text of a user message (or a list of messages) with the model's template.
 
     Tools are rendered by the template when it has tool syntax, else as Hermes-style
-    instructions in the system turn (`constrain.framing.render_chat`).
+    instructions in the system turn (`constrain.framing.render_chat`);
+    `chat_template_kwargs` are further template variables (e.g. `enable_thinking`).
     """
+    extra = dict(chat_template_kwargs or {})
     from infernix_jax.constrain import framing as fr
     if isinstance(prompt, str):
       messages = ([{"role": "system", "content": system}] if system else []) + [
@@ -206,9 +209,9 @@ class LLM:
       if system:
         messages.insert(0, {"role": "system", "content": system})
     if tools is None:
-      return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+      return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **extra)
     return fr.render_chat(self.source, self.vocab, messages, tools=tools,
-                          tool_choice=tool_choice)
+                          tool_choice=tool_choice, **extra)
 
   def prepare(self, prompt: str | Sequence[Mapping[str, Any]] | Sequence[int], *,
               chat: bool | None = None, system: str | None = None,
@@ -222,7 +225,8 @@ class LLM:
               on_token: Callable | None = None, request_id: str = "",
               max_drafts: int | None = None,
               sampling_law: str = "local", law_tolerance: float = 0.0,
-              trace: bool = False) -> PreparedRequest:
+              trace: bool = False,
+              chat_template_kwargs: Mapping[str, Any] | None = None) -> PreparedRequest:
     """Validates a request and compiles its constraint (the compile cache keeps it).
 
     Args:
@@ -257,6 +261,7 @@ class LLM:
         variation (certified: stats['constraint']['law_tv_bound']); far cheaper on large sets.
       trace: record a per-token trace of the generation (`Completion.trace`): drafts, their
         verification, legal sets and each token's origin; costs a little decoding speed.
+      chat_template_kwargs: extra chat template variables (e.g. {"enable_thinking": False}).
 
     Raises:
       RequestError: an invalid parameter (its name in `.param`, the location inside it in the
@@ -276,11 +281,12 @@ class LLM:
     if isinstance(prompt, str):
       if not prompt and not chat:
         raise RequestError("prompt", "is empty")
-      text = (self._render(prompt, system=system, tools=tools, tool_choice=tool_choice)
-              if chat else prompt)
+      text = (self._render(prompt, system=system, tools=tools, tool_choice=tool_choice,
+                           chat_template_kwargs=chat_template_kwargs) if chat else prompt)
       ids = self.tokenizer.encode(text)
     elif prompt and all(isinstance(t, Mapping) for t in prompt):
-      text = self._render(prompt, system=system, tools=tools, tool_choice=tool_choice)
+      text = self._render(prompt, system=system, tools=tools, tool_choice=tool_choice,
+                          chat_template_kwargs=chat_template_kwargs)
       ids = self.tokenizer.encode(text)
     elif prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
       ids = [int(t) for t in prompt]
@@ -341,9 +347,10 @@ class LLM:
     except ConstraintError as e:
       raise RequestError("tools" if tools is not None else option_of(content), str(e)) from None
 
-  def _render(self, prompt, *, system, tools, tool_choice) -> str:
+  def _render(self, prompt, *, system, tools, tool_choice, chat_template_kwargs=None) -> str:
     try:
-      return self.render(prompt, system=system, tools=tools, tool_choice=tool_choice)
+      return self.render(prompt, system=system, tools=tools, tool_choice=tool_choice,
+                         chat_template_kwargs=chat_template_kwargs)
     except (TypeError, KeyError) as e:
       raise RequestError("messages", f"cannot be rendered by the chat template: {e}") from None
 

@@ -26,7 +26,28 @@ flags.DEFINE_integer("capacity", 2048, "KV positions per lane (prompt + max_toke
 flags.DEFINE_string("served-model-name", None, "The model id clients pass as 'model' "
                     "(default: the model file or directory name).")
 
-SERVE_FLAGS = ("host", "port", "lanes", "capacity", "served-model-name")
+flags.DEFINE_boolean("strict", True, "json_schema objects are closed (no properties beyond "
+                     "those listed) unless a request says strict: false; --nostrict keeps "
+                     "JSON Schema's open default unless a request says strict: true.")
+flags.DEFINE_boolean("lenient", False, "Drop JSON Schema keywords no backend enforces (and "
+                     "report them in usage) unless a request says structured_outputs.lenient: "
+                     "false; by default such schemas get a 400.")
+flags.DEFINE_integer("max-tool-calls", None, "Complete tool calls kept per turn when a "
+                     "request sets no max_tool_calls (default: no cap).")
+flags.DEFINE_string("api-key", None, "Bearer key every /v1 route needs (default: the "
+                    "INFERNIX_API_KEY environment variable, else open); /health and /metrics "
+                    "stay open.")
+flags.DEFINE_integer("max-body-bytes", 8 * 1024 * 1024, "Largest request body (413 beyond).")
+flags.DEFINE_integer("max-queued", None, "Requests allowed to wait for a lane; more get 429 "
+                     "with Retry-After (default: unbounded).")
+flags.DEFINE_float("request-timeout", None, "Seconds a request may take before it is "
+                   "cancelled (504; streams end with an error event). Default: none.")
+flags.DEFINE_float("drain-seconds", 30.0, "On SIGTERM, how long running requests may finish "
+                   "before the server exits.")
+
+SERVE_FLAGS = ("host", "port", "lanes", "capacity", "served-model-name", "strict", "lenient",
+               "max-tool-calls", "api-key", "max-body-bytes", "max-queued", "request-timeout",
+               "drain-seconds")
 
 
 class ServeUsageError(ValueError):
@@ -37,12 +58,42 @@ def _check() -> None:
   f = FLAGS
   if not 0 <= f.port < 65536:
     raise ServeUsageError(f"--port={f.port} must be in [0, 65535]")
+  for name in ("max-tool-calls", "max-body-bytes"):
+    if f[name].value is not None and f[name].value < 1:
+      raise ServeUsageError(f"--{name}={f[name].value} must be at least 1")
+  for name in ("max-queued", "request-timeout", "drain-seconds"):
+    if f[name].value is not None and f[name].value < 0:
+      raise ServeUsageError(f"--{name}={f[name].value} must be at least 0")
+  try:
+    import prometheus_client  # noqa: F401
+  except ImportError:
+    raise ServeUsageError("the server needs the serve extra: pip install -e '.[serve]' "
+                          "(starlette, uvicorn, prometheus_client)") from None
   try:
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401
   except ImportError:
     raise ServeUsageError("the server needs the serve extra: pip install -e '.[serve]' "
                           "(starlette, uvicorn)") from None
+
+
+def server_defaults():
+  """The request defaults of the serve flags (`serve.requests.Defaults`)."""
+  from infernix_jax.serve.requests import Defaults
+  return Defaults(strict=FLAGS.strict, lenient=FLAGS.lenient,
+                  max_tool_calls=FLAGS["max-tool-calls"].value)
+
+
+def server_limits():
+  """The bounds and API key of the serve flags (`serve.ops.Limits`)."""
+  import os
+
+  from infernix_jax.serve.ops import Limits
+  key = FLAGS["api-key"].value or os.environ.get("INFERNIX_API_KEY") or None
+  return Limits(api_key=key, max_body_bytes=FLAGS["max-body-bytes"].value,
+                max_queued=FLAGS["max-queued"].value,
+                request_seconds=FLAGS["request-timeout"].value,
+                drain_seconds=FLAGS["drain-seconds"].value)
 
 
 def load_llm(spec):
@@ -75,7 +126,7 @@ def serve(spec) -> int:
 
   source = FLAGS.model if FLAGS.model is not None else model_source(None)
   name = FLAGS["served-model-name"].value or str(source).rstrip("/").split("/")[-1]
-  state = ServerState(name)
+  state = ServerState(name, defaults=server_defaults(), limits=server_limits())
 
   def load():
     t0 = time.perf_counter()
@@ -92,7 +143,10 @@ def serve(spec) -> int:
                      f"{llm.drafter.k}, {FLAGS.lanes} lanes)\n")
 
   threading.Thread(target=load, name="infernix-load", daemon=True).start()
-  uvicorn.run(create_app(state), host=FLAGS.host, port=FLAGS.port, log_level="warning")
+  # SIGTERM: uvicorn stops accepting, lets running requests finish within the drain bound,
+  # then cuts the rest; the scheduler stops after that.
+  uvicorn.run(create_app(state), host=FLAGS.host, port=FLAGS.port, log_level="warning",
+              timeout_graceful_shutdown=FLAGS["drain-seconds"].value)
   if state.scheduler is not None:
     state.scheduler.stop()
   return 0

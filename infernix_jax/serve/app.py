@@ -1,11 +1,15 @@
-"""The OpenAI-compatible HTTP app (starlette): chat and text completions, models, health.
+"""The OpenAI-compatible HTTP app (starlette): chat and text completions, responses, models.
 
-Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
-(200 once the model is loaded and warm, 503 before). Bad requests get a 4xx with OpenAI's
-error shape `{"error": {"message", "type", "param", "code"}}`; the server keeps serving.
-Every request decodes on the one shared engine (`Scheduler`); a client that disconnects
-cancels its own request only. A body with `"trace": true` gets the generation trace as the
-response's top-level `trace` field (streamed: on the chunk that carries the finish reason).
+Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (the Responses
+API, `responses.py`), GET /v1/models, GET /v1/models/{id}, GET /health (200 once the model
+is loaded and warm, 503 before) and GET /metrics (Prometheus). Bad requests get a 4xx with
+OpenAI's error shape `{"error": {"message", "type", "param", "code"}}`; the server keeps
+serving. Every request decodes on the one shared engine (`Scheduler`); a client that
+disconnects cancels its own request only. Limits (`ops.Limits`): a wrong or missing API key
+401, a body over the size limit 413, more waiting requests than `max_queued` 429 with
+Retry-After, a request past `request_seconds` cancelled (504, or an error event when
+streamed). A body with `"trace": true` gets the generation trace as the response's top-level
+`trace` field (streamed: on the chunk that carries the finish reason).
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from infernix_jax.api import RequestError
+from infernix_jax.serve import logprobs as lp
+from infernix_jax.serve import ops
 from infernix_jax.serve import requests as rq
+from infernix_jax.serve import responses as rs
+from infernix_jax.serve import run as rn
+from infernix_jax.serve import schemas
 
 _IDS = itertools.count()
 
@@ -37,70 +46,83 @@ class ServerState:
     scheduler: the running `Scheduler` (None until loaded).
     model_id: the name clients pass as "model".
     error: why loading failed (the server then answers 503 with it).
+    defaults: what a request may leave out (`requests.Defaults`; `thinking` is filled from
+      the model's chat template at `ready`).
+    limits: the bounds and API key (`ops.Limits`).
+    active: requests admitted and not finished (the queue bound counts them).
   """
 
-  def __init__(self, model_id: str):
+  def __init__(self, model_id: str, *, defaults: rq.Defaults = rq.Defaults(),
+               limits: ops.Limits = ops.Limits()):
     self.llm = None
     self.scheduler = None
     self.model_id = model_id
     self.error: str | None = None
     self.created = int(time.time())
+    self.defaults, self.limits = defaults, limits
+    self.active = 0
+    self.metrics: ops.Metrics | None = None
 
   def ready(self, llm, scheduler) -> None:
+    import dataclasses
+    template = getattr(llm.tokenizer, "chat_template", None) or ""
+    self.defaults = dataclasses.replace(self.defaults, thinking="enable_thinking" in template)
     self.llm, self.scheduler = llm, scheduler
+
+  @property
+  def lanes(self) -> int:
+    return self.llm.engine.b if self.llm is not None else 0
+
+  def queued(self) -> int:
+    """Requests admitted that wait for a lane."""
+    return max(self.active - self.lanes, 0)
+
+  def admit(self, n: int) -> bool:
+    """Takes n places, unless that would queue more than `limits.max_queued`."""
+    bound = self.limits.max_queued
+    if bound is not None and self.active + n > self.lanes + bound:
+      return False
+    self.active += n
+    return True
 
 
 def error_response(status: int, message: str, *, param: str | None = None,
-                   kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
+                   kind: str = "invalid_request_error", code: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
   """OpenAI's error body."""
   return JSONResponse({"error": {"message": message, "type": kind, "param": param,
-                                 "code": code}}, status_code=status)
+                                 "code": code}}, status_code=status, headers=headers)
 
 
-def _finish_reason(completion) -> str:
-  if completion.finish_reason == "stop" and completion.tool_calls:
-    return "tool_calls"
-  if completion.finish_reason in ("stop", "stop_string"):
-    return "stop"
-  return completion.finish_reason  # length / cancelled / error
-
-
-def _usage(state: ServerState, completion) -> dict:
+def _usage(state: ServerState, completion, dropped=()) -> dict:
   n = len(completion.token_ids)
   s = completion.stats
   llm = state.llm
+  constraint = s["constraint"]
+  if dropped:
+    constraint = dict(constraint or {}, dropped=[{"pointer": p, "keyword": k}
+                                                 for p, k in dropped])
   return {"prompt_tokens": completion.prompt_tokens, "completion_tokens": n,
           "total_tokens": completion.prompt_tokens + n,
           "speculative": {"drafter": llm.drafter_name, "k": llm.drafter.k,
                           "rounds": s["rounds"], "drafted": s["drafted"],
                           "accepted": s["accepted"], "accepted_length": s["accepted_length"],
                           "acceptance_rate": s["acceptance_rate"]},
-          "constraint": s["constraint"], "wall_seconds": s["wall_seconds"]}
+          "constraint": constraint, "wall_seconds": s["wall_seconds"]}
+
+
+def _sum_usage(usages: list[dict]) -> dict:
+  out = dict(usages[0])
+  for key in ("completion_tokens", "total_tokens"):
+    out[key] = sum(u[key] for u in usages)
+  out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
+  return out
 
 
 def _tool_calls(rid: str, calls) -> list[dict]:
   return [{"id": f"call_{rid}_{i}", "type": "function",
            "function": {"name": c["name"], "arguments": c["arguments"]}}
           for i, c in enumerate(calls)]
-
-
-class _Run:
-  """One request on the scheduler, seen from the event loop: events and the final result."""
-
-  def __init__(self, state: ServerState, prepared):
-    self.state, self.prepared = state, prepared
-    self.loop = asyncio.get_running_loop()
-    self.queue: asyncio.Queue = asyncio.Queue()
-    self.done = False
-
-  def start(self) -> None:
-    put = lambda item: self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-    self.state.scheduler.submit(self.prepared, lambda ev: put(("event", ev)),
-                                lambda res: put(("done", res)))
-
-  def cancel(self) -> None:
-    if not self.done:
-      self.state.scheduler.cancel(self.prepared.request.request_id)
 
 
 async def _json_body(request: Request) -> Any:
@@ -111,8 +133,25 @@ async def _json_body(request: Request) -> Any:
     raise RequestError("body", f"malformed JSON: {getattr(e, 'msg', e)}") from None
 
 
-def create_app(state: ServerState) -> Starlette:
-  """The starlette app serving `state` (routes read it at request time)."""
+def _choice(rid: str, index: int, chat: bool, completion, finish: str, top: int | None):
+  logprobs = None
+  if top is not None and completion.trace is not None:
+    logprobs = (lp.chat if chat else lp.text)(completion.trace, top)
+  if not chat:
+    return {"index": index, "text": completion.text, "finish_reason": finish,
+            "logprobs": logprobs}
+  message: dict = {"role": "assistant", "content": completion.content}
+  if completion.tool_calls:
+    message["tool_calls"] = _tool_calls(rid, completion.tool_calls)
+    message["content"] = completion.content or None
+  if completion.reasoning:
+    message["reasoning_content"] = completion.reasoning
+  return {"index": index, "message": message, "finish_reason": finish, "logprobs": logprobs}
+
+
+def create_app(state: ServerState):
+  """The ASGI app serving `state` (routes read it at request time), behind `ops.guard`."""
+  state.metrics = metrics = ops.Metrics(state)
 
   def not_ready() -> JSONResponse | None:
     if state.scheduler is None or state.llm is None:
@@ -135,193 +174,265 @@ def create_app(state: ServerState) -> Starlette:
     return JSONResponse({"status": "ok", "model": state.model_id,
                          "requests": state.scheduler.load})
 
-  async def models(_: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [
-        {"id": state.model_id, "object": "model", "created": state.created,
-         "owned_by": "infernix_jax"}]})
+  def model_card() -> dict:
+    return {"id": state.model_id, "object": "model", "created": state.created,
+            "owned_by": "infernix_jax"}
 
-  async def completions(request: Request, chat: bool) -> Response:
+  async def models(_: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [model_card()]})
+
+  async def model(request: Request) -> Response:
+    name = request.path_params["model"]
+    if name != state.model_id:
+      return error_response(404, f"the model {name!r} does not exist; this server serves "
+                            f"{state.model_id!r}", param="model", code="model_not_found")
+    return JSONResponse(model_card())
+
+  async def metrics_route(_: Request) -> Response:
+    body, kind = metrics.exposition()
+    return Response(body, media_type=kind)
+
+  def done(route: str, rid: str, status: int, t0: float, completion=None, kind=None):
+    metrics.requests.labels(route, str(status)).inc()
+    metrics.latency.labels(route).observe(time.monotonic() - t0)
+    if kind is not None:
+      metrics.error(kind)
+    if completion is not None:
+      metrics.finished(route, completion)
+    ops.access_line(rid, route, status, time.monotonic() - t0, completion)
+
+  async def generate(request: Request, kind: str) -> Response:
+    """One chat / text / responses request, from the body to the reply."""
+    t0 = time.monotonic()
+    route = request.url.path
     bad = not_ready()
     if bad is not None:
+      done(route, "", bad.status_code, t0, kind="not_ready")
       return bad
     llm = state.llm
+    chat = kind != "text"
+    rename = rs.field if kind == "responses" else (lambda f: f)
+    body = None
     try:
       body = await _json_body(request)
-      parse = rq.parse_chat if chat else rq.parse_text
-      parsed = parse(body, drafter=llm.drafter_name, k=llm.drafter.k)
-      model = body.get("model")
-      if model is not None and model != state.model_id:
-        return error_response(404, f"the model {model!r} does not exist; this server "
+      parse_body = rs.chat_body(body) if kind == "responses" else body
+      parse = rq.parse_text if kind == "text" else rq.parse_chat
+      parsed = parse(parse_body, drafter=llm.drafter_name, k=llm.drafter.k,
+                     defaults=state.defaults)
+      name = body.get("model")
+      if name is not None and name != state.model_id:
+        done(route, "", 404, t0, kind="model_not_found")
+        return error_response(404, f"the model {name!r} does not exist; this server "
                               f"serves {state.model_id!r}", param="model",
                               code="model_not_found")
     except RequestError as e:
-      return error_response(400, e.message, param=e.param)
-    rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(_IDS)}"
+      done(route, "", 400, t0, kind="invalid_request")
+      return error_response(400, e.message, param=rename(e.param))
+    rid = (rs.new_id() if kind == "responses"
+           else f"{'chatcmpl' if chat else 'cmpl'}-{next(_IDS)}")
+    if not state.admit(parsed.n):
+      done(route, rid, 429, t0, kind="queue_full")
+      return error_response(
+          429, f"the server's queue is full ({state.limits.max_queued} waiting requests, "
+          f"--max-queued); retry after {state.limits.retry_after} s", kind="rate_limit_error",
+          code="queue_full", headers={"Retry-After": str(state.limits.retry_after)})
+    held = [parsed.n]
+
+    def release():
+      state.active -= held[0]
+      held[0] = 0
+
     try:
-      prepared = await run_in_threadpool(lambda: llm.prepare(
-          parsed.prompt, max_drafts=parsed.max_drafts, request_id=rid, **parsed.options))
-    except RequestError as e:  # found against the model: name the field the client sent
-      return error_response(400, e.message, param=parsed.field(e.param))
-    run = _Run(state, prepared)
-    run.start()
+      deadline = (None if state.limits.request_seconds is None
+                  else t0 + state.limits.request_seconds)
+      seed = parsed.options.pop("seed", 0)
+      prepared, dropped = [], ()
+      for i in range(parsed.n):
+        p, dropped = await run_in_threadpool(
+            schemas.prepare, llm, parsed, seed=seed + i,
+            request_id=rid if parsed.n == 1 else f"{rid}-{i}")
+        prepared.append(p)
+    except RequestError as e:  # found against the model
+      release()
+      done(route, rid, 400, t0, kind="invalid_request")
+      return error_response(400, e.message, param=rename(e.param))
+    except BaseException:
+      release()
+      raise
+    runs = [rn.Run(state, p, max_tool_calls=parsed.max_tool_calls, deadline=deadline)
+            for p in prepared]
+    for r in runs:
+      r.start()
     if parsed.stream:
-      return StreamingResponse(_stream(state, run, rid, chat, parsed.include_usage),
-                               media_type="text/event-stream",
+      stream = (_responses_stream if kind == "responses" else _stream)(
+          state, runs[0], rid, chat, parsed, dropped, body)
+
+      async def tracked():
+        status = 200
+        try:
+          async for part in stream:
+            yield part
+        except BaseException:
+          status = 499
+          raise
+        finally:
+          release()
+          done(route, rid, status, t0, getattr(runs[0], "completion", None))
+
+      return StreamingResponse(tracked(), media_type="text/event-stream",
                                headers={"Cache-Control": "no-cache"})
-    result = await _wait(request, run)
-    if result is None:  # the client went away
+    try:
+      results = await asyncio.gather(*(rn.complete(request, r, chat=chat) for r in runs))
+    finally:
+      release()
+    if any(c is None for c in results):  # the client went away
+      for r in runs:
+        r.cancel()
+      done(route, rid, 499, t0)
       return Response(status_code=499)
-    completion = llm.complete(prepared, result)
-    if completion.finish_reason in ("error", "cancelled"):
-      return error_response(500, f"generation failed: {completion.error}",
-                            kind="server_error", code=result.error_kind)
-    return JSONResponse(_response(state, rid, chat, completion))
+    for r, c in zip(runs, results):
+      if r.timed_out and not r.capped:
+        done(route, rid, 504, t0, c, kind="timeout")
+        return error_response(504, f"the request ran past the server's limit of "
+                              f"{state.limits.request_seconds} s (--request-timeout)",
+                              kind="server_error", code="timeout")
+      if c.finish_reason in ("error", "cancelled"):
+        done(route, rid, 500, t0, c, kind=c.result.error_kind or "engine")
+        return error_response(500, f"generation failed: {c.error}", kind="server_error",
+                              code=c.result.error_kind)
+    for c in results:
+      done(route, rid, 200, t0, c) if c is results[-1] else metrics.finished(route, c)
+    usages = [_usage(state, c, dropped) for c in results]
+    if kind == "responses":
+      return JSONResponse(rs.response(rid, state.model_id, body, results[0],
+                                      runs[0].finish_reason(results[0]),
+                                      _extra_usage(usages[0])))
+    out = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+           "created": int(time.time()), "model": state.model_id,
+           "choices": [_choice(rid, i, chat, c, r.finish_reason(c), parsed.logprobs)
+                       for i, (r, c) in enumerate(zip(runs, results))],
+           "usage": _sum_usage(usages)}
+    if results[0].trace is not None and body.get("trace") is True:
+      out["trace"] = results[0].trace
+    return JSONResponse(out)
 
   async def chat_route(request: Request) -> Response:
-    return await completions(request, chat=True)
+    return await generate(request, "chat")
 
   async def text_route(request: Request) -> Response:
-    return await completions(request, chat=False)
+    return await generate(request, "text")
+
+  async def responses_route(request: Request) -> Response:
+    return await generate(request, "responses")
 
   async def http_error(_: Request, exc: HTTPException) -> Response:
     return error_response(exc.status_code, exc.detail or "error",
                           code="not_found" if exc.status_code == 404 else None)
 
-  return Starlette(routes=[
+  app = Starlette(routes=[
       Route("/health", health),
+      Route("/metrics", metrics_route),
       Route("/v1/models", models),
+      Route("/v1/models/{model:path}", model),
       Route("/v1/chat/completions", chat_route, methods=["POST"]),
       Route("/v1/completions", text_route, methods=["POST"]),
+      Route("/v1/responses", responses_route, methods=["POST"]),
   ], exception_handlers={HTTPException: http_error})
+  return ops.guard(app, state.limits, metrics)
 
 
-async def _wait(request: Request, run: _Run):
-  """The result of a non-streamed run; None (and the run cancelled) if the client leaves."""
-  while True:
-    try:
-      kind, payload = await asyncio.wait_for(run.queue.get(), timeout=0.5)
-    except asyncio.TimeoutError:
-      if await request.is_disconnected():
-        run.cancel()
-        return None
-      continue
-    if kind == "done":
-      run.done = True
-      return payload
-
-
-def _response(state: ServerState, rid: str, chat: bool, completion) -> dict:
-  created = int(time.time())
-  if chat:
-    message: dict = {"role": "assistant", "content": completion.content or None}
-    if completion.tool_calls:
-      message["tool_calls"] = _tool_calls(rid, completion.tool_calls)
-    else:
-      message["content"] = completion.content
-    if completion.reasoning:
-      message["reasoning_content"] = completion.reasoning
-    choice = {"index": 0, "message": message, "finish_reason": _finish_reason(completion),
-              "logprobs": None}
-    obj = "chat.completion"
-  else:
-    choice = {"index": 0, "text": completion.text, "finish_reason": _finish_reason(completion),
-              "logprobs": None}
-    obj = "text_completion"
-  out = {"id": rid, "object": obj, "created": created, "model": state.model_id,
-         "choices": [choice], "usage": _usage(state, completion)}
-  if completion.trace is not None:
-    out["trace"] = completion.trace
-  return out
+def _extra_usage(usage: dict) -> dict:
+  return {k: v for k, v in usage.items()
+          if k not in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
 def _sse(data: dict | str) -> str:
   return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
 
 
-async def _stream(state: ServerState, run: _Run, rid: str, chat: bool, include_usage: bool):
-  """Server-sent events of one run; the run is cancelled if the client disconnects."""
+def _timeout_message(state) -> str:
+  return (f"the request ran past the server's limit of {state.limits.request_seconds} s "
+          f"(--request-timeout)")
+
+
+async def _stream(state: ServerState, run: rn.Run, rid: str, chat: bool, parsed, dropped,
+                  body):
+  """Server-sent events of one chat or text run; the run is cancelled if the client leaves."""
+  del body
   created = int(time.time())
   obj = "chat.completion.chunk" if chat else "text_completion"
-  decoder = run.prepared.decoder() if chat else None
-  sent_content: list[str] = []
-  sent_calls: dict[int, dict] = {}  # index -> {"name", "arguments"} streamed so far
 
   def chunk(delta: dict | None = None, finish: str | None = None, text: str | None = None,
-            trace: dict | None = None):
+            trace: dict | None = None, logprobs: dict | None = None):
     if chat:
-      choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
+      choice = {"index": 0, "delta": delta or {}, "finish_reason": finish,
+                "logprobs": logprobs}
     else:
-      choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-    body = {"id": rid, "object": obj, "created": created, "model": state.model_id,
-            "choices": [choice]}
+      choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
+    out = {"id": rid, "object": obj, "created": created, "model": state.model_id,
+           "choices": [choice]}
     if trace is not None:
-      body["trace"] = trace
-    return _sse(body)
+      out["trace"] = trace
+    return _sse(out)
 
-  def deltas(events) -> list[str]:
-    from infernix_jax.constrain import framing as fr
-    out = []
-    for ev in events:
-      if isinstance(ev, fr.ContentDelta) and ev.text:
-        sent_content.append(ev.text)
-        out.append(chunk({"content": ev.text}))
-      elif isinstance(ev, fr.ReasoningDelta) and ev.text:
-        out.append(chunk({"reasoning_content": ev.text}))
-      elif isinstance(ev, fr.ToolCallStart):
-        sent_calls[ev.index] = {"name": ev.name, "arguments": ""}
-        out.append(chunk({"tool_calls": [{"index": ev.index, "id": f"call_{rid}_{ev.index}",
-                                          "type": "function",
-                                          "function": {"name": ev.name, "arguments": ""}}]}))
-      elif isinstance(ev, fr.ToolCallDelta) and ev.fragment:
-        sent_calls[ev.index]["arguments"] += ev.fragment
-        out.append(chunk({"tool_calls": [{"index": ev.index,
-                                          "function": {"arguments": ev.fragment}}]}))
-    return out
-
-  try:
-    if chat:
-      yield chunk({"role": "assistant", "content": ""})
-    while True:
-      kind, payload = await run.queue.get()
-      if kind == "event":
-        if decoder is not None:
-          for line in deltas(decoder.feed(list(payload.token_ids))):
-            yield line
-        elif payload.text:
-          sent_content.append(payload.text)
-          yield chunk({"content": payload.text}) if chat else chunk(text=payload.text)
-        continue
-      run.done = True
-      if decoder is not None and payload.finish_reason.value == "stop":
-        for line in deltas(decoder.feed([state.llm.vocab.eos_ids[0]])):
-          yield line
-      completion = state.llm.complete(run.prepared, payload)
-      if completion.finish_reason in ("error", "cancelled"):
-        yield _sse({"error": {"message": f"generation failed: {completion.error}",
-                              "type": "server_error", "param": None,
-                              "code": payload.error_kind}})
-        break
-      # What the events held back (a partial framing prefix, bytes at a length cut).
-      streamed = "".join(sent_content)
-      final = completion.content if chat else completion.text
-      if final.startswith(streamed) and len(final) > len(streamed):
-        rest = final[len(streamed):]
-        yield chunk({"content": rest}) if chat else chunk(text=rest)
-      for i, call in enumerate(completion.tool_calls):
-        got = sent_calls.get(i)
-        if got is None:
-          yield chunk({"tool_calls": [{"index": i, "id": f"call_{rid}_{i}", "type": "function",
-                                       "function": {"name": call["name"],
-                                                    "arguments": call["arguments"]}}]})
-        elif call["arguments"].startswith(got["arguments"]) and (
-            len(call["arguments"]) > len(got["arguments"])):
-          yield chunk({"tool_calls": [{"index": i, "function": {
-              "arguments": call["arguments"][len(got["arguments"]):]}}]})
-      yield chunk(finish=_finish_reason(completion), trace=completion.trace)
-      if include_usage:
-        yield _sse({"id": rid, "object": obj, "created": created, "model": state.model_id,
-                    "choices": [], "usage": _usage(state, completion)})
+  if chat:
+    yield chunk({"role": "assistant", "content": ""})
+  async for item in rn.decoded(run, chat=chat):
+    if isinstance(item, rn.Delta):
+      if item.kind == "content":
+        yield chunk({"content": item.text}) if chat else chunk(text=item.text)
+      elif item.kind == "reasoning":
+        yield chunk({"reasoning_content": item.text})
+      elif item.kind == "call_start":
+        yield chunk({"tool_calls": [{"index": item.index, "id": f"call_{rid}_{item.index}",
+                                     "type": "function",
+                                     "function": {"name": item.text, "arguments": ""}}]})
+      elif item.kind == "call_delta":
+        yield chunk({"tool_calls": [{"index": item.index,
+                                     "function": {"arguments": item.text}}]})
+      continue
+    completion = run.completion = item
+    if run.timed_out and not run.capped:
+      yield _sse({"error": {"message": _timeout_message(state), "type": "server_error",
+                            "param": None, "code": "timeout"}})
       break
-    yield _sse("[DONE]")
-  finally:
-    run.cancel()  # a no-op once done; otherwise the client went away mid-stream
+    if completion.finish_reason in ("error", "cancelled"):
+      yield _sse({"error": {"message": f"generation failed: {completion.error}",
+                            "type": "server_error", "param": None,
+                            "code": completion.result.error_kind}})
+      break
+    logprobs = None
+    if parsed.logprobs is not None and completion.trace is not None:
+      logprobs = (lp.chat if chat else lp.text)(completion.trace, parsed.logprobs)
+    trace = completion.trace if parsed.trace else None
+    yield chunk(finish=run.finish_reason(completion), trace=trace, logprobs=logprobs)
+    if parsed.include_usage:
+      yield _sse({"id": rid, "object": obj, "created": created, "model": state.model_id,
+                  "choices": [], "usage": _usage(state, completion, dropped)})
+  yield _sse("[DONE]")
+
+
+async def _responses_stream(state: ServerState, run: rn.Run, rid: str, chat: bool, parsed,
+                            dropped, body):
+  """The Responses API's streamed events of one run."""
+  del chat
+  events = rs.Events(rid, state.model_id, body)
+  for line in events.start():
+    yield line
+  async for item in rn.decoded(run, chat=True):
+    if isinstance(item, rn.Delta):
+      for line in events.delta(item):
+        yield line
+      continue
+    completion = run.completion = item
+    if run.timed_out and not run.capped:
+      for line in events.failed(_timeout_message(state), "timeout"):
+        yield line
+    elif completion.finish_reason in ("error", "cancelled"):
+      for line in events.failed(f"generation failed: {completion.error}",
+                                completion.result.error_kind):
+        yield line
+    else:
+      usage = _extra_usage(_usage(state, completion, dropped))
+      for line in events.finish(completion, run.finish_reason(completion), usage):
+        yield line

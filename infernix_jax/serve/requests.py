@@ -1,12 +1,16 @@
 """OpenAI request bodies -> `LLM.prepare` options, every field checked and named on error.
 
 Chat (`/v1/chat/completions`) and text (`/v1/completions`) bodies share the sampling fields
-and the constraint fields: `response_format` (OpenAI) and `structured_outputs` (vLLM's
-names: json, regex, choice, grammar, json_object), and `sampling_law` ("local" |
-"exact-finite" | "onestep") with `law_tolerance`: `LLM.prepare`. `trace: true` asks for the
-generation trace (returned as the response's `trace` field; docs/CONTRACTS.md). Speculative options ride in
-`speculative: {"drafter": NAME, "k": K}`; the server's drafter is fixed at start-up, so a
-request may lower K (or ask for "none") but not switch drafters.
+and the constraint fields: `response_format` (OpenAI; `json_schema.strict`, default the
+server's `strict`, closes objects: `schemas.close`), `structured_outputs` (vLLM's names:
+json, regex, choice, grammar, json_object, with disable_additional_properties, lenient and
+whitespace_pattern) and vLLM's legacy `guided_json` / `guided_regex` / `guided_choice` /
+`guided_grammar`; `sampling_law` ("local" | "exact-finite" | "onestep") with
+`law_tolerance`: `LLM.prepare`. `trace: true` asks for the generation trace (the response's
+`trace` field; docs/CONTRACTS.md). Speculative options ride in `speculative: {"drafter":
+NAME, "k": K}`; the server's drafter is fixed at start-up, so a request may lower K (or ask
+for "none") but not switch drafters. Fields in `IGNORED` do not change what is decoded: they
+are accepted and logged at debug; any other unknown field gets a 400.
 """
 
 from __future__ import annotations
@@ -15,18 +19,55 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
+from absl import logging
+
 from infernix_jax.api import RequestError
+from infernix_jax.serve import schemas
 
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
              "frequency_penalty")
+# Accepted and ignored: they steer storage, billing, routing or tracing, not decoding
+# (reasoning_effort is ignored on a model without thinking; on one, see `_thinking`).
+IGNORED = frozenset({"metadata", "store", "user", "service_tier", "prompt_cache_key",
+                     "safety_identifier", "verbosity", "modalities", "priority",
+                     "reasoning_effort"})
+# vLLM's extras whose default is what this server does; other values need the runtime.
+_VLLM_DEFAULTS = {"repetition_penalty": 1.0, "min_tokens": 0, "ignore_eos": False,
+                  "skip_special_tokens": True, "spaces_between_special_tokens": True}
+_GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
+           "guided_grammar": "grammar"}
 _COMMON = frozenset(_SAMPLING + (
     "model", "max_tokens", "stream", "stream_options", "stop", "n", "response_format",
-    "structured_outputs", "speculative", "user", "logprobs", "top_logprobs", "echo",
-    "logit_bias", "thinking_budget", "sampling_law", "law_tolerance", "trace"))
+    "structured_outputs", "speculative", "logprobs", "top_logprobs", "echo",
+    "logit_bias", "thinking_budget", "sampling_law", "law_tolerance", "trace",
+    "chat_template_kwargs", "max_tool_calls")) | IGNORED | set(_VLLM_DEFAULTS) | set(_GUIDED)
 CHAT_FIELDS = _COMMON | {"messages", "tools", "tool_choice", "max_completion_tokens",
                          "parallel_tool_calls"}
 TEXT_FIELDS = _COMMON | {"prompt", "suffix", "best_of"}
 _STRUCTURED = ("json", "regex", "choice", "grammar", "json_object")
+_STRUCTURED_FLAGS = ("disable_additional_properties", "lenient", "whitespace_pattern")
+MAX_N = 16  # choices per request (each takes a lane)
+MAX_TOP_LOGPROBS = 5  # what the generation trace keeps per position
+# reasoning_effort on a thinking model -> thinking_budget (None: unbounded)
+REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Defaults:
+  """The server's defaults for what a request may leave out.
+
+  Attributes:
+    strict: json_schema objects are closed unless the request says `strict: false`.
+    lenient: unenforceable JSON Schema keywords are dropped (and reported) unless the request
+      says `structured_outputs.lenient: false`.
+    thinking: the model has a thinking block (`enable_thinking` in its chat template), so
+      `reasoning_effort` and `chat_template_kwargs.enable_thinking` change its decoding.
+    max_tool_calls: calls per turn when the request does not cap them (None: no cap).
+  """
+  strict: bool = True
+  lenient: bool = False
+  thinking: bool = False
+  max_tool_calls: int | None = None
 
 
 @dataclasses.dataclass
@@ -35,12 +76,17 @@ class ParsedRequest:
 
   Attributes:
     prompt: the user prompt (str), the chat messages (list of dicts) or token ids.
-    options: `LLM.prepare` keyword arguments.
+    options: `LLM.prepare` keyword arguments (plus "lenient", which `schemas.prepare` takes).
     stream: answer with server-sent events.
     include_usage: a final usage chunk when streaming.
     max_drafts: the request's draft cap (None = the server's K).
     fields: the body field each option came from ("json_schema" ->
       "response_format.json_schema.schema"), so errors found later name what the client sent.
+    n: choices to generate (independent seeds: seed, seed + 1, ...).
+    logprobs: top alternatives to report per token (0: the token's own only), None: off.
+    max_tool_calls: complete calls kept per turn (None: no cap).
+    ignored: body fields accepted without effect.
+    trace: the client asked for the generation trace.
   """
   prompt: Any
   options: dict
@@ -48,6 +94,11 @@ class ParsedRequest:
   include_usage: bool = False
   max_drafts: int | None = None
   fields: dict = dataclasses.field(default_factory=dict)
+  n: int = 1
+  logprobs: int | None = None
+  max_tool_calls: int | None = None
+  ignored: tuple = ()
+  trace: bool = False  # the client asked for the trace (logprobs record one too)
 
   def field(self, option: str) -> str:
     """The body field of an `LLM.prepare` option (the option's own name when not mapped)."""
@@ -69,16 +120,36 @@ def _number(body: Mapping, name: str, kind=float, low=None, high=None):
   return kind(value)
 
 
+def _flag(value, name: str) -> bool | None:
+  if value is None or isinstance(value, bool):
+    return value
+  raise RequestError(name, f"expected true or false, got {json.dumps(value)[:40]}")
+
+
 def _unknown(body: Mapping, allowed: frozenset, where: str = "") -> None:
   extra = sorted(set(body) - allowed)
   if extra:
-    raise RequestError(f"{where}{extra[0]}", "unsupported parameter")
+    raise RequestError(f"{where}{extra[0]}", "unsupported parameter (it would change the "
+                       "output, and this server does not implement it)")
 
 
-def _constraint(body: Mapping, fields: dict) -> dict:
-  """The constraint options of response_format / structured_outputs (`fields` records where
-  each came from)."""
+def _schema(value, where: str):
+  if isinstance(value, str):
+    try:
+      value = json.loads(value)
+    except json.JSONDecodeError as e:
+      raise RequestError(where, f"not JSON: {e.msg} (at line {e.lineno} column {e.colno})"
+                         ) from None
+  if not isinstance(value, (Mapping, bool)):
+    raise RequestError(where, "expected a JSON Schema object")
+  return value
+
+
+def _constraint(body: Mapping, fields: dict, defaults: Defaults) -> dict:
+  """The constraint options of response_format / structured_outputs / guided_* (`fields`
+  records where each came from)."""
   out: dict = {}
+  strict = defaults.strict
   fmt = body.get("response_format")
   if fmt is not None:
     if not isinstance(fmt, Mapping) or "type" not in fmt:
@@ -92,39 +163,57 @@ def _constraint(body: Mapping, fields: dict) -> dict:
       if not isinstance(spec, Mapping) or not isinstance(spec.get("schema"), (Mapping, bool)):
         raise RequestError("response_format.json_schema.schema",
                            "expected a JSON Schema object")
+      given = _flag(spec.get("strict"), "response_format.json_schema.strict")
+      strict = strict if given is None else given
       out["json_schema"] = spec["schema"]
       fields["json_schema"] = "response_format.json_schema.schema"
     elif kind != "text":
       raise RequestError("response_format.type", f"{kind!r} must be text, json_object or "
                          f"json_schema")
   so = body.get("structured_outputs")
-  if so is not None:
-    if not isinstance(so, Mapping):
-      raise RequestError("structured_outputs", "expected an object")
-    _unknown(so, frozenset(_STRUCTURED), "structured_outputs.")
-    given = [k for k in _STRUCTURED if so.get(k) not in (None, False)]
-    if len(given) > 1 or (given and out):
-      names = [f"structured_outputs.{k}" for k in given] + (["response_format"] if out else [])
-      raise RequestError(names[-1], f"give one output constraint, got {' and '.join(names)}")
-    if given:
-      key = given[0]
-      value = so[key]
-      option = {"json": "json_schema"}.get(key, key)
-      fields[option] = f"structured_outputs.{key}"
-      if option == "json_schema":
-        fields["lenient"] = fields[option]
-      if key == "json":
-        if isinstance(value, str):
-          try:
-            value = json.loads(value)
-          except json.JSONDecodeError as e:
-            raise RequestError("structured_outputs.json", f"not JSON: {e.msg} (at line "
-                               f"{e.lineno} column {e.colno})") from None
-        out["json_schema"] = value
-      elif key == "json_object":
-        out["json_object"] = True
-      else:
-        out[key] = value
+  if so is not None and not isinstance(so, Mapping):
+    raise RequestError("structured_outputs", "expected an object")
+  so = dict(so or {})
+  prefix = {k: "structured_outputs." for k in so}
+  for old, new in _GUIDED.items():
+    if body.get(old) is not None:
+      so[new] = body[old]
+      prefix[new] = ""
+  _unknown(so, frozenset(_STRUCTURED + _STRUCTURED_FLAGS), "structured_outputs.")
+  name = lambda key: f"{prefix[key]}{key}" if prefix.get(key) else next(
+      old for old, new in _GUIDED.items() if new == key)
+  given = [k for k in _STRUCTURED if so.get(k) not in (None, False)]
+  if len(given) > 1 or (given and out):
+    names = [name(k) for k in given] + (["response_format"] if out else [])
+    raise RequestError(names[-1], f"give one output constraint, got {' and '.join(names)}")
+  if given:
+    key = given[0]
+    value = so[key]
+    option = {"json": "json_schema"}.get(key, key)
+    fields[option] = name(key)
+    if key == "json":
+      out["json_schema"] = _schema(value, name(key))
+    elif key == "json_object":
+      out["json_object"] = True
+    else:
+      out[key] = value
+  if so.get("whitespace_pattern") not in (None, ""):
+    raise RequestError("structured_outputs.whitespace_pattern", "only null is supported "
+                       "(JSON whitespace runs of at most 32 characters between tokens)")
+  closed = _flag(so.get("disable_additional_properties"),
+                 "structured_outputs.disable_additional_properties")
+  if closed:
+    strict = True
+  lenient = _flag(so.get("lenient"), "structured_outputs.lenient")
+  lenient = defaults.lenient if lenient is None else lenient
+  fields["lenient"] = "structured_outputs.lenient"
+  if "json_schema" in out:
+    if strict:
+      out["json_schema"] = schemas.close(out["json_schema"])
+    if lenient:
+      out["lenient"] = True
+  elif so.get("lenient"):
+    raise RequestError("structured_outputs.lenient", "applies to JSON Schema constraints only")
   return out
 
 
@@ -149,16 +238,40 @@ def _speculative(body: Mapping, drafter: str, k: int) -> int | None:
   return cap
 
 
-def _common(body: Mapping, drafter: str, k: int,
-            fields: dict) -> tuple[dict, int | None]:
+def _thinking(body: Mapping, opts: dict, defaults: Defaults) -> None:
+  """chat_template_kwargs (template variables) and reasoning_effort (a thinking budget)."""
+  kwargs = body.get("chat_template_kwargs")
+  if kwargs is not None:
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+      raise RequestError("chat_template_kwargs", "expected an object of template variables")
+    _flag(kwargs.get("enable_thinking"), "chat_template_kwargs.enable_thinking")
+    opts["chat_template_kwargs"] = dict(kwargs)
+  effort = body.get("reasoning_effort")
+  if effort is None or not defaults.thinking:
+    return
+  if effort in ("none", "minimal"):
+    opts["chat_template_kwargs"] = {**opts.get("chat_template_kwargs", {}),
+                                    "enable_thinking": False}
+  elif effort in REASONING_BUDGETS:
+    if REASONING_BUDGETS[effort] is not None and "thinking_budget" not in opts:
+      opts["thinking_budget"] = REASONING_BUDGETS[effort]
+  else:
+    raise RequestError("reasoning_effort", f"{effort!r} must be none, minimal, low, medium or "
+                       f"high")
+
+
+def _common(body: Mapping, drafter: str, k: int, fields: dict,
+            defaults: Defaults) -> tuple[dict, int | None]:
   opts: dict = {}
-  if body.get("n", 1) != 1:
-    raise RequestError("n", "only n=1 is supported")
-  for name in ("logprobs", "top_logprobs", "echo", "logit_bias", "suffix"):
-    if body.get(name) not in (None, False, 0, {}):
+  for name in ("echo", "logit_bias", "suffix"):
+    if body.get(name) not in (None, False, {}, ""):
       raise RequestError(name, "not supported by this server")
   if body.get("best_of") not in (None, 1):
     raise RequestError("best_of", "only best_of=1 is supported")
+  for name, default in _VLLM_DEFAULTS.items():
+    if body.get(name) is not None and body[name] != default:
+      raise RequestError(name, f"only {json.dumps(default)} is supported (the engine has no "
+                         f"{name} yet)")
   for name, kind, low, high in (("temperature", float, 0, 100), ("top_p", float, 0, 1),
                                 ("top_k", int, 0, None), ("min_p", float, 0, 1),
                                 ("seed", int, 0, 2**32 - 1),
@@ -181,14 +294,39 @@ def _common(body: Mapping, drafter: str, k: int,
   if tolerance is not None:
     opts["law_tolerance"] = tolerance
   if body.get("trace") is not None:
-    if not isinstance(body["trace"], bool):
-      raise RequestError("trace", f"expected true or false, got {json.dumps(body['trace'])[:40]}")
-    opts["trace"] = body["trace"]
+    opts["trace"] = _flag(body["trace"], "trace")
   budget = _number(body, "thinking_budget", int, 0, None)
   if budget is not None:
     opts["thinking_budget"] = budget
-  opts.update(_constraint(body, fields))
+  _thinking(body, opts, defaults)
+  opts.update(_constraint(body, fields, defaults))
   return opts, _speculative(body, drafter, k)
+
+
+def _extras(body: Mapping, parsed: "ParsedRequest", defaults: Defaults,
+            logprobs_field: str) -> "ParsedRequest":
+  """n, logprobs, max_tool_calls and the ignored fields onto `parsed`."""
+  parsed.n = _number(body, "n", int, 1, MAX_N) or 1
+  if parsed.stream and parsed.n > 1:
+    raise RequestError("n", "n > 1 is not streamed by this server; ask without stream")
+  top = _number(body, "top_logprobs", int, 0, MAX_TOP_LOGPROBS)
+  want = body.get(logprobs_field)
+  if logprobs_field == "logprobs" and parsed.options.get("chat") is False:
+    count = _number(body, "logprobs", int, 0, MAX_TOP_LOGPROBS)  # text: an integer
+    parsed.logprobs = count
+  elif _flag(want, "logprobs"):
+    parsed.logprobs = top or 0
+  elif top:
+    raise RequestError("top_logprobs", "needs logprobs: true")
+  parsed.trace = bool(parsed.options.get("trace"))
+  if parsed.logprobs is not None:
+    parsed.options["trace"] = True  # the logprobs come from the trace's legal-set top-k
+  cap = _number(body, "max_tool_calls", int, 1, None)
+  parsed.max_tool_calls = cap if cap is not None else defaults.max_tool_calls
+  parsed.ignored = tuple(sorted(IGNORED & set(body)))
+  if parsed.ignored:
+    logging.debug("ignored request fields: %s", ", ".join(parsed.ignored))
+  return parsed
 
 
 def _messages(body: Mapping) -> list[dict]:
@@ -258,7 +396,8 @@ def _tool_choice(choice, parallel: Any):
                      "function: {name}}")
 
 
-def parse_chat(body: Any, *, drafter: str, k: int) -> ParsedRequest:
+def parse_chat(body: Any, *, drafter: str, k: int,
+               defaults: Defaults = Defaults()) -> ParsedRequest:
   """A /v1/chat/completions body.
 
   Raises:
@@ -268,7 +407,7 @@ def parse_chat(body: Any, *, drafter: str, k: int) -> ParsedRequest:
     raise RequestError("body", "expected a JSON object")
   _unknown(body, CHAT_FIELDS)
   fields = {"prompt": "messages"}
-  opts, cap = _common(body, drafter, k, fields)
+  opts, cap = _common(body, drafter, k, fields, defaults)
   tokens = body.get("max_completion_tokens", body.get("max_tokens"))
   name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
   fields["max_tokens"] = name
@@ -288,11 +427,13 @@ def parse_chat(body: Any, *, drafter: str, k: int) -> ParsedRequest:
     raise RequestError("tool_choice", "needs tools")
   stream = bool(body.get("stream", False))
   usage = bool((body.get("stream_options") or {}).get("include_usage", False))
-  return ParsedRequest(prompt=_messages(body), options=opts, stream=stream,
-                       include_usage=usage, max_drafts=cap, fields=fields)
+  parsed = ParsedRequest(prompt=_messages(body), options=opts, stream=stream,
+                         include_usage=usage, max_drafts=cap, fields=fields)
+  return _extras(body, parsed, defaults, "logprobs")
 
 
-def parse_text(body: Any, *, drafter: str, k: int) -> ParsedRequest:
+def parse_text(body: Any, *, drafter: str, k: int,
+               defaults: Defaults = Defaults()) -> ParsedRequest:
   """A /v1/completions body (a raw text continuation; no chat template).
 
   Raises:
@@ -302,7 +443,8 @@ def parse_text(body: Any, *, drafter: str, k: int) -> ParsedRequest:
     raise RequestError("body", "expected a JSON object")
   _unknown(body, TEXT_FIELDS)
   fields: dict = {}
-  opts, cap = _common(body, drafter, k, fields)
+  opts, cap = _common(body, drafter, k, fields, defaults)
+  opts.pop("chat_template_kwargs", None)
   prompt = body.get("prompt")
   if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
     prompt = prompt[0]
@@ -314,5 +456,6 @@ def parse_text(body: Any, *, drafter: str, k: int) -> ParsedRequest:
   opts["chat"] = False
   stream = bool(body.get("stream", False))
   usage = bool((body.get("stream_options") or {}).get("include_usage", False))
-  return ParsedRequest(prompt=prompt, options=opts, stream=stream, include_usage=usage,
-                       max_drafts=cap, fields=fields)
+  parsed = ParsedRequest(prompt=prompt, options=opts, stream=stream, include_usage=usage,
+                         max_drafts=cap, fields=fields)
+  return _extras(body, parsed, defaults, "logprobs")

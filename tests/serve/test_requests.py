@@ -22,7 +22,8 @@ def test_sampling_and_constraints_are_translated():
   assert p.stream and p.include_usage and p.prompt == MSG
   schema = {"type": "object"}
   fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
-  assert chat(response_format=fmt).options == {"json_schema": schema}
+  assert chat(response_format=fmt).options == {"json_schema": {**schema,
+                                                               "additionalProperties": False}}
   assert chat(response_format={"type": "json_object"}).options == {"json_object": True}
   assert chat(response_format={"type": "text"}).options == {}
   for key, value, want in (("json", '{"type": "string"}', {"json_schema": {"type": "string"}}),
@@ -84,8 +85,22 @@ def test_speculative_options():
     ({"messages": MSG, "seed": -1}, "seed"),
     ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
     ({"messages": MSG, "max_tokens": 1.5}, "max_tokens"),
-    ({"messages": MSG, "n": 2}, "n"),
-    ({"messages": MSG, "logprobs": True}, "logprobs"),
+    ({"messages": MSG, "n": 17}, "n"),
+    ({"messages": MSG, "n": 2, "stream": True}, "n"),
+    ({"messages": MSG, "logprobs": "yes"}, "logprobs"),
+    ({"messages": MSG, "top_logprobs": 2}, "top_logprobs"),
+    ({"messages": MSG, "logprobs": True, "top_logprobs": 6}, "top_logprobs"),
+    ({"messages": MSG, "repetition_penalty": 1.2}, "repetition_penalty"),
+    ({"messages": MSG, "min_tokens": 3}, "min_tokens"),
+    ({"messages": MSG, "ignore_eos": True}, "ignore_eos"),
+    ({"messages": MSG, "chat_template_kwargs": [1]}, "chat_template_kwargs"),
+    ({"messages": MSG, "structured_outputs": {"regex": "a", "lenient": True}},
+     "structured_outputs.lenient"),
+    ({"messages": MSG, "structured_outputs": {"json": {}, "whitespace_pattern": "[ ]+"}},
+     "structured_outputs.whitespace_pattern"),
+    ({"messages": MSG, "guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+    ({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {
+        "schema": {}, "strict": "yes"}}}, "response_format.json_schema.strict"),
     ({"messages": MSG, "stop": [""]}, "stop"),
     ({"messages": MSG, "response_format": {"type": "yaml"}}, "response_format.type"),
     ({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {}}},
@@ -124,3 +139,115 @@ def test_text_completions_bodies():
     with pytest.raises(RequestError) as e:
       rq.parse_text(body, drafter="ngram", k=4)
     assert e.value.param == param
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+CLOSED = {**PERSON, "additionalProperties": False}
+
+
+def fmt(schema, **extra):
+  return {"type": "json_schema", "json_schema": {"name": "p", "schema": schema, **extra}}
+
+
+def test_strict_closes_objects_and_is_the_default():
+  assert chat(response_format=fmt(PERSON, strict=True)).options["json_schema"] == CLOSED
+  assert chat(response_format=fmt(PERSON)).options["json_schema"] == CLOSED
+  assert chat(response_format=fmt(PERSON, strict=False)).options["json_schema"] == PERSON
+  # the server default flips what an unset strict means, never an explicit one
+  loose = rq.Defaults(strict=False)
+  p = rq.parse_chat({"messages": MSG, "response_format": fmt(PERSON)}, drafter="ngram", k=4,
+                    defaults=loose)
+  assert p.options["json_schema"] == PERSON
+  p = rq.parse_chat({"messages": MSG, "structured_outputs": {
+      "json": PERSON, "disable_additional_properties": True}}, drafter="ngram", k=4,
+                    defaults=loose)
+  assert p.options["json_schema"] == CLOSED
+  # vLLM's structured_outputs.json and guided_json follow the server default
+  assert chat(structured_outputs={"json": PERSON}).options["json_schema"] == CLOSED
+  assert chat(guided_json=PERSON).options["json_schema"] == CLOSED
+  assert chat(guided_json=PERSON).field("json_schema") == "guided_json"
+
+
+def test_close_walks_subschemas_and_leaves_composed_objects():
+  from infernix_jax.serve.schemas import close
+  nested = {"type": "object", "properties": {
+      "a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+      "c": {"type": "array", "items": {"properties": {"d": {}}}},
+      "t": {"prefixItems": [{"type": "integer"}]}},
+      "$defs": {"x": {"type": "object"}},
+      "anyOf": [{"type": "object", "properties": {"e": {}}}]}
+  out = close(nested)
+  assert out["additionalProperties"] is False
+  assert out["properties"]["a"]["additionalProperties"] is False
+  assert out["properties"]["c"]["items"]["additionalProperties"] is False
+  assert out["properties"]["t"]["items"] is False
+  assert out["$defs"]["x"]["additionalProperties"] is False
+  assert out["anyOf"][0]["additionalProperties"] is False
+  composed = {"type": "object", "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
+  assert close(composed) == composed  # closing would reject what the other branch allows
+  open_ = {"type": "object", "additionalProperties": {"type": "string"}}
+  assert close(open_) == open_ and close(True) is True
+  assert nested["properties"]["a"] == {"type": "object", "properties": {"b": {"type": "integer"}}}
+
+
+def test_vllm_and_openai_extras():
+  p = chat(metadata={"a": "b"}, store=False, user="u", service_tier="auto",
+           prompt_cache_key="k", safety_identifier="s", reasoning_effort="low",
+           verbosity="low", modalities=["text"], repetition_penalty=1.0, min_tokens=0,
+           ignore_eos=False, skip_special_tokens=True)
+  assert p.options == {} and "metadata" in p.ignored and "verbosity" in p.ignored
+  p = chat(structured_outputs={"json": PERSON, "whitespace_pattern": None, "lenient": True})
+  assert p.options["lenient"] is True and p.field("lenient") == "structured_outputs.lenient"
+  assert chat(guided_regex="a+").options == {"regex": "a+"}
+  assert chat(guided_choice=["x", "y"]).options == {"choice": ["x", "y"]}
+  assert chat(guided_grammar='root ::= "a"').options == {"grammar": 'root ::= "a"'}
+  assert chat(chat_template_kwargs={"enable_thinking": False}).options == {
+      "chat_template_kwargs": {"enable_thinking": False}}
+  thinking = rq.Defaults(thinking=True)
+  p = rq.parse_chat({"messages": MSG, "reasoning_effort": "low"}, drafter="ngram", k=4,
+                    defaults=thinking)
+  assert p.options == {"thinking_budget": rq.REASONING_BUDGETS["low"]}
+  p = rq.parse_chat({"messages": MSG, "reasoning_effort": "minimal"}, drafter="ngram", k=4,
+                    defaults=thinking)
+  assert p.options == {"chat_template_kwargs": {"enable_thinking": False}}
+  p = chat(n=3, logprobs=True, top_logprobs=2, max_tool_calls=2)
+  assert (p.n, p.logprobs, p.max_tool_calls) == (3, 2, 2) and p.options["trace"] is True
+  assert not p.trace  # the client did not ask for the trace itself
+  text = rq.parse_text({"prompt": "a", "logprobs": 3}, drafter="ngram", k=4)
+  assert text.logprobs == 3
+
+
+def test_responses_bodies_become_chat_bodies():
+  from infernix_jax.serve import responses as rs
+  body = rs.chat_body({"model": "m", "input": "hi", "instructions": "be brief",
+                       "max_output_tokens": 9, "text": {"format": {
+                           "type": "json_schema", "name": "p", "schema": PERSON,
+                           "strict": True}},
+                       "tools": [{"type": "function", "name": "f", "parameters": PERSON}],
+                       "tool_choice": {"type": "function", "name": "f"}, "store": False,
+                       "reasoning": {"effort": "low"}})
+  assert body["messages"] == [{"role": "system", "content": "be brief"},
+                              {"role": "user", "content": "hi"}]
+  assert body["max_tokens"] == 9 and body["reasoning_effort"] == "low"
+  assert body["response_format"]["json_schema"]["schema"] == PERSON
+  assert body["tools"] == [{"type": "function", "function": {"name": "f",
+                                                             "parameters": PERSON}}]
+  assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+  items = rs.chat_body({"input": [
+      {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "w?"}]},
+      {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
+      {"type": "function_call", "call_id": "c2", "name": "f", "arguments": '{"a": 2}'},
+      {"type": "function_call_output", "call_id": "c1", "output": "one"}]})["messages"]
+  assert [m["role"] for m in items] == ["user", "assistant", "tool"]
+  assert [c["id"] for c in items[1]["tool_calls"]] == ["c1", "c2"]
+  rq.parse_chat(body, drafter="ngram", k=4)  # the chat parser takes what it made
+  for bad, param in (({"input": "x", "previous_response_id": "r"}, "previous_response_id"),
+                     ({"input": []}, "input"),
+                     ({"input": [{"type": "image"}]}, "input[0].type"),
+                     ({"input": "x", "frobnicate": 1}, "frobnicate")):
+    with pytest.raises(RequestError) as e:
+      rs.chat_body(bad)
+    assert e.value.param == param
+  assert rs.field("messages[0].content") == "input[0].content"
+  assert rs.field("response_format.json_schema.schema") == "text.format.schema"
+  assert rs.field("max_tokens") == "max_output_tokens"
