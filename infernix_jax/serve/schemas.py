@@ -119,7 +119,10 @@ def prepare(llm, parsed, **extra):
       except RequestError:
         pass
     if not lenient:
-      raise RequestError(first.param, first.message) from None
+      hint = "" if lenient_field in first.message else (
+          f"; or set {lenient_field}: true to drop the keywords no backend enforces")
+      raise RequestError(first.param, f"{first.message} (neither xgrammar nor llguidance "
+                         f"enforces it exactly{hint})") from None
     prepared = attempt(lenient=True)
     compiled = llm.compiler.compile(ic.OutputConstraint.json_schema(text, lenient=True))
     return prepared, tuple(compiled.dropped)

@@ -224,7 +224,9 @@ BAD = [
      "tool_choice"),
     ({"max_tokens": 100000}, "max_tokens"),
     ({"temperature": -1}, "temperature"),
-    ({"n": 3}, "n"),
+    ({"n": 99}, "n"),
+    ({"structured_outputs": {"json": {"type": "string", "format": "not-a-format"},
+                             "lenient": "yes"}}, "structured_outputs.lenient"),
     ({"frobnicate": 1}, "frobnicate"),
     ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs.choice"),
     ({"sampling_law": "exact-finite"}, "sampling_law"),  # needs a finite constraint
@@ -294,3 +296,149 @@ def test_speculative_options_cap_the_drafts(client):
                                         **kwargs)
   assert none.choices[0].message.content == plain.choices[0].message.content
   assert none.usage.model_extra["speculative"]["drafted"] == 0
+
+
+OPEN = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}},
+        "required": ["name"]}  # no additionalProperties: open under JSON Schema
+
+
+def test_strict_closes_an_open_schema(client):
+  """strict (the default) closes the object: the reply stops after its one property instead
+  of adding keys until max_tokens; strict false keeps the open default."""
+  kwargs = dict(model="smollm2", max_tokens=48, temperature=0,
+                messages=[{"role": "user", "content": "Describe a person as JSON."}])
+  for strict in (True, None):
+    schema = {"name": "p", "schema": OPEN, **({} if strict is None else {"strict": strict})}
+    out = client.chat.completions.create(
+        response_format={"type": "json_schema", "json_schema": schema}, **kwargs)
+    assert out.choices[0].finish_reason == "stop", out.choices[0]
+    assert list(json.loads(out.choices[0].message.content)) == ["name"]
+  loose = client.chat.completions.create(response_format={"type": "json_schema", "json_schema": {
+      "name": "p", "schema": OPEN, "strict": False}}, **kwargs)
+  assert loose.choices[0].message.content != out.choices[0].message.content
+
+
+def test_model_card_n_and_logprobs(live, client):
+  assert client.models.retrieve("smollm2").id == "smollm2"
+  import httpx
+  r = httpx.get(f"{live.base}/v1/models/other", timeout=10)
+  assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+  out = client.chat.completions.create(
+      model="smollm2", max_tokens=6, temperature=1.0, seed=5, n=3, logprobs=True,
+      top_logprobs=2, messages=[{"role": "user", "content": "Name a colour."}],
+      metadata={"team": "a"}, store=False, user="u", extra_body={"repetition_penalty": 1.0})
+  assert [c.index for c in out.choices] == [0, 1, 2]
+  assert out.usage.completion_tokens == sum(len(c.logprobs.content) for c in out.choices)
+  for c in out.choices:
+    assert "".join(t.token for t in c.logprobs.content) == c.message.content
+    for t in c.logprobs.content:
+      assert t.logprob <= 0 and len(t.top_logprobs) == 2
+      assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob
+  greedy = client.chat.completions.create(
+      model="smollm2", max_tokens=6, temperature=0, logprobs=True,
+      messages=[{"role": "user", "content": "Name a colour."}])
+  assert all(t.logprob > -9999 for t in greedy.choices[0].logprobs.content)
+  text = client.completions.create(model="smollm2", prompt="The sky is", max_tokens=4,
+                                   temperature=0, logprobs=2)
+  assert len(text.choices[0].logprobs.tokens) == text.usage.completion_tokens
+
+
+def test_schema_fallback_and_lenient(live):
+  """An unsupported keyword: auto tries llguidance, then a 400 naming the body field to set;
+  with structured_outputs.lenient the keyword is dropped and reported in usage."""
+  import httpx
+  schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}},
+            "required": ["d"]}  # our xgrammar checker refuses format; llguidance has dates
+  body = {"model": "smollm2", "max_tokens": 24, "temperature": 0,
+          "messages": [{"role": "user", "content": "JSON please"}]}
+  r = httpx.post(f"{live.base}/v1/chat/completions", timeout=60, json={
+      **body, "structured_outputs": {"json": {"type": "string", "format": "ipv9"}}})
+  assert r.status_code == 400, r.text
+  error = r.json()["error"]
+  assert "lenient=True" not in error["message"], error
+  assert "structured_outputs.lenient: true" in error["message"], error
+  r = httpx.post(f"{live.base}/v1/chat/completions", timeout=60, json={
+      **body, "structured_outputs": {"json": schema}})
+  assert r.status_code == 200, r.text  # llguidance expresses it exactly
+  import re
+  assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", json.loads(r.json()["choices"][0]["message"][
+      "content"])["d"])
+  assert not (r.json()["usage"]["constraint"] or {}).get("dropped")
+  r = httpx.post(f"{live.base}/v1/chat/completions", timeout=60, json={
+      **body, "structured_outputs": {"json": {"type": "string", "format": "ipv9"},
+                                     "lenient": True}})
+  assert r.status_code == 200, r.text
+  assert r.json()["usage"]["constraint"]["dropped"], r.json()["usage"]
+
+
+def test_parallel_calls_are_capped_and_never_dropped_silently(client):
+  kwargs = dict(model="smollm2", tools=[WEATHER], tool_choice="required", temperature=0,
+                messages=[{"role": "user", "content": "Weather in Paris, Oslo and Rome?"}])
+  capped = client.chat.completions.create(max_tokens=200, extra_body={"max_tool_calls": 1},
+                                          **kwargs)
+  choice = capped.choices[0]
+  assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+  cut = client.chat.completions.create(max_tokens=30, **kwargs).choices[0]
+  assert cut.finish_reason == "length"  # a cut-off call is reported, not hidden
+  for call in cut.message.tool_calls or ():
+    json.loads(call.function.arguments)  # only complete calls are returned
+
+
+def test_metrics_and_access_log(live, client, caplog):
+  import logging
+
+  import httpx
+  from infernix_jax.serve import ops
+  ops._setup_access_log()
+  ops.ACCESS.propagate = True
+  try:
+    with caplog.at_level(logging.INFO, logger=ops.ACCESS.name):
+      out = client.chat.completions.create(model="smollm2", max_tokens=4,
+                                           messages=[{"role": "user", "content": "hi"}])
+  finally:
+    ops.ACCESS.propagate = False
+  line = [r.getMessage() for r in caplog.records if out.id in r.getMessage()]
+  assert line and "/v1/chat/completions 200" in line[0] and "accepted_length=" in line[0]
+  text = httpx.get(f"{live.base}/metrics", timeout=10).text
+  for name in ("infernix_requests_total", "infernix_tokens_total", "infernix_queue_depth",
+               "infernix_rounds_total", "infernix_accepted_length_bucket",
+               "infernix_mask_seconds_total", "infernix_errors_total"):
+    assert name in text, name
+
+
+def test_responses_api(client):
+  jsonschema = pytest.importorskip("jsonschema")
+  out = client.responses.create(model="smollm2", input="Say hello.", max_output_tokens=8,
+                                instructions="Be brief.", temperature=0)
+  assert out.output_text and out.usage.output_tokens > 0
+  events = list(client.responses.create(model="smollm2", input="Say hello.",
+                                        max_output_tokens=8, instructions="Be brief.",
+                                        temperature=0, stream=True))
+  kinds = [e.type for e in events]
+  assert kinds[0] == "response.created" and kinds[-1] in ("response.completed",
+                                                          "response.incomplete")
+  deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+  assert deltas == out.output_text == events[-1].response.output_text
+  structured = client.responses.create(
+      model="smollm2", input="Give a person's name and age as JSON.", max_output_tokens=60,
+      text={"format": {"type": "json_schema", "name": "person", "schema": SCHEMA,
+                       "strict": True}})
+  jsonschema.validate(json.loads(structured.output_text), SCHEMA)
+  tool = {"type": "function", "name": "get_weather", "description": "Current weather",
+          "parameters": WEATHER["function"]["parameters"], "strict": True}
+  called = client.responses.create(model="smollm2", input="Weather in Paris?", tools=[tool],
+                                   tool_choice="required", parallel_tool_calls=False,
+                                   max_output_tokens=60)
+  calls = [o for o in called.output if o.type == "function_call"]
+  assert calls and calls[0].name == "get_weather"
+  jsonschema.validate(json.loads(calls[0].arguments), tool["parameters"])
+  follow = client.responses.create(model="smollm2", max_output_tokens=8, input=[
+      {"role": "user", "content": "Weather in Paris?"},
+      {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather",
+       "arguments": calls[0].arguments},
+      {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"}])
+  assert follow.output_text
+  import openai
+  with pytest.raises(openai.BadRequestError) as e:
+    client.responses.create(model="smollm2", input="x", previous_response_id="resp_1")
+  assert e.value.body["param"] == "previous_response_id"
