@@ -104,7 +104,13 @@ def prepare(llm, parsed, **extra):
   if schema is None or llm.backend != "auto":
     if lenient and schema is None:
       raise RequestError(lenient_field, "applies to JSON Schema constraints only")
-    return attempt(**({"lenient": True} if lenient else {})), ()
+    if not lenient:
+      return attempt(), ()
+    prepared = attempt(lenient=True)
+    compiled = llm.compiler.compile(ic.OutputConstraint.json_schema(json.dumps(schema),
+                                                                    lenient=True),
+                                    backend=llm.backend)
+    return prepared, tuple(compiled.dropped)
   try:
     return attempt(), ()
   except RequestError as first:
