@@ -12,7 +12,7 @@ ids line up (JSON schemas, BFCL questions), so no drafter saw them in training.
 
 import ml_collections
 
-VARIANTS = ("", "k", "backend", "flagship", "smoke")  # get_config's variants ("": the default)
+VARIANTS = ("", "k", "backend", "flagship", "traces", "smoke")  # get_config's variants ("": the default)
 
 
 def base() -> ml_collections.ConfigDict:
@@ -102,6 +102,19 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     g.masked_q = (True, False)
     g.constrained = (True, False)
     g.temperature = (0.0, 0.7)
+  elif variant == "traces":
+    # What speculation did, token by token: n-gram + jump-forward against jump-forward alone
+    # on the same prompts, every request traced (pages linked from the summary).
+    c.publish_dir = "docs/results/acceptance_traces"
+    c.title = "Acceptance under constraints: per-token traces"
+    c.question = (
+        "Where, token by token, do n-gram drafts and grammar jump-forward get accepted or "
+        "corrected under each workload's constraint?")
+    c.per_workload = 2
+    c.trace_first = 6  # every request of a cell
+    c.drafter.jump_forward = True
+    g.drafter = ml_collections.ConfigDict()
+    g.drafter.name = ("none", "ngram")
   elif variant == "smoke":
     c.model = "tiny-random"
     c.workloads = ("regex:dates",)
