@@ -12,7 +12,8 @@ ids line up (JSON schemas, BFCL questions), so no drafter saw them in training.
 
 import ml_collections
 
-VARIANTS = ("", "k", "backend", "flagship", "traces", "smoke")  # get_config's variants ("": the default)
+# get_config's variants ("": the default)
+VARIANTS = ("", "k", "backend", "flagship", "traces", "smoke")
 
 
 def base() -> ml_collections.ConfigDict:
