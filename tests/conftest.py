@@ -60,6 +60,8 @@ SLOW_TESTS = {
     "pallas/test_masked_sample.py::test_reference_matches_fp64_oracle": "FP64 oracle per case",
     "pallas/test_masked_sample.py::test_errors_and_dispatch": "compiles per case",
     "pallas/test_masked_sample.py::test_samples_follow_masked_p": "many draws",
+    "pallas/test_masked_sample.py::test_repetition_penalty_matches_fp64_oracle": "the kernel "
+                                                                           "in interpret mode",
     "pallas/test_spec_accept.py::test_counter_example_and_wrong_variant": "many draws",
     "constrain/test_utf8.py::test_random_walks_are_strict_utf8": "random walks on Qwen3's vocabulary",
     "faithful/test_engine_law.py": "an engine per drafter kind; chi-square samples",

@@ -44,7 +44,8 @@ def check_law(request: Any) -> None:
         f"Schema, regex or choice) and no tools; got {got}")
   s = request.sampling
   used = [name for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0),
-                                 ("presence_penalty", 0.0), ("frequency_penalty", 0.0))
+                                 ("presence_penalty", 0.0), ("frequency_penalty", 0.0),
+                                 ("repetition_penalty", 1.0))
           if getattr(s, name) != off]
   if used:
     raise RequestConflictError(

@@ -74,6 +74,29 @@ def penalty_entries(ids, counts, presence, frequency):
   return ids, jnp.where(valid & first, delta, 0.0).astype(jnp.float32)
 
 
+def seen_ids(prompt_mask, ids, width: int):
+  """bool[N, width]: the ids of the packed prompt mask (i32[N, Wp]) or of ``ids`` (i32[N, M],
+  -1 padding): the tokens a repetition penalty applies to."""
+  n, wp = prompt_mask.shape
+  lanes = jnp.arange(32, dtype=jnp.int32)
+  bits = jax.lax.shift_right_logical(prompt_mask[:, :, None], lanes[None, None, :]) & 1
+  seen = bits.reshape(n, wp * 32)[:, :width] == 1                              # [N, <=width]
+  if width > wp * 32:
+    seen = jnp.pad(seen, ((0, 0), (0, width - wp * 32)))
+  if ids.shape[1]:
+    safe = jnp.where((ids >= 0) & (ids < width), ids, width)                   # width: dropped
+    rows = jnp.broadcast_to(jnp.arange(n)[:, None], ids.shape)
+    seen = seen.at[rows, safe].set(True, mode="drop")
+  return seen
+
+
+def apply_repetition(z, seen, penalty):
+  """vLLM / HF repetition penalty: z f32[N, Vm] at ``seen`` ids divided by ``penalty`` (f32[N],
+  > 0) where positive, multiplied where not (penalty 1 leaves z exactly as it was)."""
+  r = penalty[:, None]
+  return jnp.where(seen, jnp.where(z > 0, z / r, z * r), z)
+
+
 def apply_penalties(z, ids, delta):
   """z f32[N, Vm] minus the sparse deltas (ids i32[N, M], delta f32[N, M])."""
   n, vm = z.shape

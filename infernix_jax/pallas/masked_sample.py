@@ -49,16 +49,23 @@ def check_inputs(logits, mask, mask_enabled, params: SamplingParams, seed, posit
 
 
 def _prepare_logits(logits, params: SamplingParams, extra_ids=None):
-  """f32 or native logits [N, Vm] with the history penalties applied (a copy only then)."""
-  if params.history_ids.shape[-1] == 0 and extra_ids is None:
+  """f32 or native logits [N, Vm] with the penalties applied (a copy only then): first the
+  repetition penalty over prompt + history (+ ``extra_ids``, a hypothetical draft prefix)
+  when the call carries a prompt mask, then presence and frequency over history + extra."""
+  repetition = params.prompt_mask.shape[-1] > 0                               # static
+  if params.history_ids.shape[-1] == 0 and extra_ids is None and not repetition:
     return logits
   ids, counts = params.history_ids, params.history_counts
   if extra_ids is not None:
     ids = jnp.concatenate([ids, extra_ids], axis=-1)
     counts = jnp.concatenate([counts, (extra_ids >= 0).astype(jnp.int32)], axis=-1)
+  z = logits.astype(jnp.float32)
+  if repetition:
+    seen = _sampling.seen_ids(params.prompt_mask, ids, z.shape[-1])
+    z = _sampling.apply_repetition(z, seen, params.repetition_penalty)
   ids, delta = _sampling.penalty_entries(ids, counts, params.presence_penalty,
                                          params.frequency_penalty)
-  return _sampling.apply_penalties(logits.astype(jnp.float32), ids, delta)
+  return _sampling.apply_penalties(z, ids, delta)
 
 
 def _kernel(logits_ref,  # [Wm, 32]

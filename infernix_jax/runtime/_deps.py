@@ -33,8 +33,9 @@ def spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
 
 
 def sampling_params(temperature, top_k, top_p, min_p, presence, frequency, history_ids,
-                    history_counts):
-  """Per-row pallas SamplingParams from host arrays ([B] each; history [B, M])."""
+                    history_counts, repetition, prompt_mask):
+  """Per-row pallas SamplingParams from host arrays ([B] each; history [B, M]; prompt_mask
+  [B, Wp], Wp = 0 when no lane has a repetition penalty)."""
   import jax.numpy as jnp
   from infernix_jax.pallas import SamplingParams
   return SamplingParams(
@@ -43,4 +44,12 @@ def sampling_params(temperature, top_k, top_p, min_p, presence, frequency, histo
       presence_penalty=jnp.asarray(presence, jnp.float32),
       frequency_penalty=jnp.asarray(frequency, jnp.float32),
       history_ids=jnp.asarray(history_ids, jnp.int32),
-      history_counts=jnp.asarray(history_counts, jnp.int32))
+      history_counts=jnp.asarray(history_counts, jnp.int32),
+      repetition_penalty=jnp.asarray(repetition, jnp.float32),
+      prompt_mask=jnp.asarray(prompt_mask, jnp.int32))
+
+
+def pack_ids(ids, rows: int, width: int):
+  """pallas `pack_ids`: packed bitsets i32[rows, ceil(width / 32)] of per-row id lists."""
+  from infernix_jax.pallas._types import pack_ids as pack
+  return pack(ids, rows, width)

@@ -32,6 +32,7 @@ class Lane:
   law: Any = None  # the faithful law of a sampling_law other than "local" (bias_row, advance)
   law_node: Any = 0  # the law's state after the committed output (ExactFiniteLaw: a trie node)
   trace: Any = None  # runtime.trace.RequestTrace of a traced request (None: no trace work)
+  prompt_words: Any = None  # packed prompt ids (repetition penalty), built on first use
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")

@@ -382,21 +382,36 @@ class Engine:
     host.commit_closes(rows)
 
   def _penalties_active(self) -> bool:
+    """Whether a lane's target depends on its output so far (presence, frequency or
+    repetition penalty): its history is then rebuilt every round."""
     return any(x is not None and (x.request.sampling.presence_penalty or
-                                  x.request.sampling.frequency_penalty) for x in self.host.lanes)
+                                  x.request.sampling.frequency_penalty or
+                                  x.request.sampling.repetition_penalty != 1.0)
+               for x in self.host.lanes)
+
+  def _prompt_words(self, lane) -> np.ndarray:
+    """i32[ceil(Vm / 32)]: the lane's prompt ids packed (zeros for a free lane), cached."""
+    width = self.cfg.vocab_size
+    if lane is None:
+      return np.zeros((-(-width // 32),), np.int32)
+    if lane.prompt_words is None:
+      lane.prompt_words = _deps.pack_ids([lane.request.prompt_ids], 1, width)[0]
+    return lane.prompt_words
 
   def _round_args(self) -> _round.RoundArgs:
     """Target params, drafter params, per-lane SamplingParams and seeds for the next round.
 
-    Sampling params are cached until lanes change. With presence/frequency penalties active,
-    the per-lane history (the committed output) is rebuilt every round: M is a power-of-two
-    bucket (M), -1 padded; the kernels add the round's hypothetical draft prefix to it.
+    Sampling params are cached until lanes change. With presence/frequency/repetition
+    penalties active, the per-lane history (the committed output) is rebuilt every round: M
+    is a power-of-two bucket, -1 padded; the kernels add the round's hypothetical draft
+    prefix to it. With a repetition penalty, every lane's prompt also goes up packed
+    ([B, ceil(Vm / 32)] words; built once per lane).
     """
     penalties = self._penalties_active()
     if self._params is None or penalties or self._params[0] != self.host.generation:
       b = self.b
-      cols = {k: np.zeros((b,), np.float32) for k in ("t", "p", "m", "pp", "fp")}
-      cols["p"][:] = 1.0
+      cols = {k: np.zeros((b,), np.float32) for k in ("t", "p", "m", "pp", "fp", "rp")}
+      cols["p"][:] = cols["rp"][:] = 1.0
       top_k = np.zeros((b,), np.int32)
       seed = np.zeros((b,), np.uint32)
       longest = 0
@@ -406,6 +421,7 @@ class Engine:
         s = lane.request.sampling
         cols["t"][i], cols["p"][i], cols["m"][i] = s.temperature, s.top_p, s.min_p
         cols["pp"][i], cols["fp"][i] = s.presence_penalty, s.frequency_penalty
+        cols["rp"][i] = s.repetition_penalty
         top_k[i], seed[i] = s.top_k, s.seed
         longest = max(longest, len(lane.output))
       h = prefill.bucket(longest) if penalties else 0
@@ -414,9 +430,12 @@ class Engine:
         for i, lane in enumerate(self.host.lanes):
           if lane is not None and lane.output:
             hist[i, :len(lane.output)] = lane.output
+      prompts = np.zeros((b, 0), np.int32)
+      if np.any(cols["rp"] != 1.0):
+        prompts = np.stack([self._prompt_words(lane) for lane in self.host.lanes])
       params = _deps.sampling_params(*self._place.rows(
           (cols["t"], top_k, cols["p"], cols["m"], cols["pp"], cols["fp"], hist,
-           (hist >= 0).astype(np.int32))))
+           (hist >= 0).astype(np.int32), cols["rp"], prompts)))
       self._params = (self.host.generation, params, self._place.rows(seed))
     _, params, seed = self._params
     return _round.RoundArgs(state=self.state, dparams=self._dparams, params=params, seed=seed,

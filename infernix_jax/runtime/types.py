@@ -33,10 +33,14 @@ class SamplingOptions:
   presence_penalty: float = 0.0  # subtracted once from each token already in the output
   frequency_penalty: float = 0.0  # subtracted once per occurrence in the output
   seed: int = 0  # counter-based stream: (seed, logical position, purpose)
+  # vLLM / HF: every token id in the prompt or the output so far has a positive logit
+  # divided by it and a negative one multiplied (before presence / frequency); 1 = off, > 0.
+  repetition_penalty: float = 1.0
 
   def validate(self) -> None:
     """Raises ParameterError naming the first invalid field (every surface's one check)."""
-    for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty"):
+    for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParameterError(name, f"{name}={value!r} must be a number")
@@ -57,6 +61,9 @@ class SamplingOptions:
     for name in ("presence_penalty", "frequency_penalty"):
       if not abs(getattr(self, name)) < float("inf"):
         raise ParameterError(name, f"{name}={getattr(self, name)} must be finite")
+    if not 0 < self.repetition_penalty < float("inf"):
+      raise ParameterError("repetition_penalty", f"repetition_penalty="
+                           f"{self.repetition_penalty} must be a finite number > 0 (1 = off)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,8 +67,14 @@ def choice_legal(choices, vocab, out_ids) -> np.ndarray:
 
 
 def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choices=None,
-                       top_k=0, presence=0.0, frequency=0.0):
+                       top_k=0, presence=0.0, frequency=0.0, repetition=1.0, min_tokens=0):
   """Exact probabilities of every output of ordinary decoding (FP64 enumeration).
+
+  Args:
+    repetition: vLLM's repetition penalty over the prompt's and the output's ids (a
+      positive logit divided by it, another multiplied), before presence / frequency.
+    min_tokens: EOS is illegal while the output is shorter, unless it is the only legal
+      token (the constraint forces the end).
 
   Returns:
     dict: output tuple (EOS excluded) -> probability, at temperature > 0; the greedy output
@@ -84,11 +90,17 @@ def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choic
     logits = full_logits(cfg, model, [list(prompt) + list(k) for k in keys])
     nxt: dict[tuple, float] = {}
     for key, z in zip(keys, logits):
-      for t in set(key):  # penalties over the output so far (not the prompt)
+      for t in set(key) | set(prompt):  # repetition: prompt and output
+        z[t] = z[t] / repetition if z[t] > 0 else z[t] * repetition
+      for t in set(key):  # presence / frequency: over the output so far (not the prompt)
         z[t] -= presence + frequency * key.count(t)
       legal = np.zeros(cfg.vocab_size, bool)
       legal[:vocab.size] = (choice_legal(choices, vocab, key) if choices is not None
                             else np.ones(vocab.size, bool))
+      banned = np.zeros_like(legal)
+      banned[list(eos)] = len(key) < min_tokens
+      if (legal & ~banned).any():
+        legal &= ~banned
       if temperature == 0:
         z = np.where(legal, z, -np.inf)
         probs = np.zeros_like(z)

@@ -23,7 +23,8 @@ class Case:
   legal: np.ndarray         # bool[R, V] grammar sets (ignored where not enabled)
   enabled: np.ndarray       # bool[R]
   rows: list                # per-row dict: temperature, top_k, top_p, min_p, presence,
-                            # frequency, history (list of ids, repeats count)
+                            # frequency, history (list of ids, repeats count), repetition,
+                            # prompt (list of ids)
   vocab_size: int
 
   @property
@@ -48,7 +49,8 @@ class Case:
         r, temperature=g("temperature", 1.0), top_k=g("top_k", 0), top_p=g("top_p", 1.0),
         min_p=g("min_p", 0.0), presence_penalty=g("presence", 0.0),
         frequency_penalty=g("frequency", 0.0), history_ids=jnp.asarray(ids),
-        history_counts=jnp.asarray(counts))
+        history_counts=jnp.asarray(counts), repetition_penalty=g("repetition", 1.0),
+        prompt_ids=[row.get("prompt", []) for row in self.rows])
 
   def oracle_legal(self, i):
     vm = self.logits.shape[1]
@@ -105,6 +107,15 @@ def product_case(seed: int, vocab_size: int, width: int, dtype) -> Case:
   add(dict(temperature=1.0, top_k=6), z=z, allowed=allowed)            # ties at the k-th
   add(dict(temperature=1.0, top_p=0.0), z=z, allowed=allowed)          # top-p 0: max group
   add(dict(temperature=2.0, top_k=1))
+  # Repetition penalty over prompt + history (positive logits divided, others multiplied),
+  # then presence / frequency; below 1 it favours the seen ids.
+  seen = list(rng.integers(0, v, 6))
+  add(dict(temperature=0.8, repetition=1.6, prompt=seen[:4], history=seen[3:] + [1, 1],
+           presence=0.3, frequency=0.2))
+  z = rng.normal(size=vm) * 3.0; allowed = rng.random(v) < 0.5
+  best = int(np.flatnonzero(allowed)[np.argmax(z[:v][allowed])])
+  add(dict(temperature=0.0, repetition=3.0, prompt=[best]), z=z, allowed=allowed)
+  add(dict(temperature=1.2, top_k=4, repetition=0.5, prompt=seen, history=[2]))
   logits = np.asarray(logits, np.float32).astype(dtype)
   return Case(logits, np.asarray(legal), np.asarray(enabled), rows, v)
 

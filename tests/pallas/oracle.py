@@ -13,17 +13,22 @@ FLAG_DEAD_END, FLAG_NONFINITE, FLAG_EMPTY = 1, 2, 4
 
 
 def target(logits, legal, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-           presence=0.0, frequency=0.0, history=()):
+           presence=0.0, frequency=0.0, history=(), repetition=1.0, prompt=()):
   """Target distribution of one row.
 
   Args:
     logits: [Vm] any float dtype (converted to f64 exactly); legal: bool[Vm].
     history: iterable of token ids (repeats count).
+    repetition, prompt: the repetition penalty over the ids of prompt and history (vLLM:
+      a positive logit divided by it, another multiplied), applied before presence and
+      frequency.
 
   Returns:
     (p f64[Vm], greedy int (-1 if flagged), flag int).
   """
   z = np.asarray(logits, np.float64).copy()
+  for t in set(int(t) for t in list(prompt) + list(history) if 0 <= t < z.size):
+    z[t] = z[t] / repetition if z[t] > 0 else z[t] * repetition
   counts = {}
   for t in history:
     if t >= 0:

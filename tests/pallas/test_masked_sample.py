@@ -31,7 +31,7 @@ def test_reference_matches_fp64_oracle(v, vm, dtype):
   tol = cases.TOLERANCE[np.dtype(dtype)]
   for i, row in enumerate(case.rows):
     kw = {k: row[k] for k in ("temperature", "top_k", "top_p", "min_p", "presence",
-                              "frequency", "history") if k in row}
+                              "frequency", "history", "repetition", "prompt") if k in row}
     p_or, g_or, f_or = oracle.target(case.logits[i].astype(np.float64), case.oracle_legal(i),
                                      **kw)
     assert flags[i] == f_or, (i, row)
@@ -207,3 +207,43 @@ def test_errors_and_dispatch(monkeypatch):
   b = ip.masked_sample_reference(logits, mask, enabled, params, seed, position, vocab_size=100)
   np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert len(calls) == 1
+
+
+def test_repetition_penalty_matches_fp64_oracle():
+  """The repetition penalty (vLLM semantics: a seen id's positive logit divided by it, a
+  negative one multiplied; seen = prompt or history) under a mask, with presence / frequency
+  after it: masked_probs_reference equals the FP64 oracle, and the kernel draws the
+  reference's tokens. A penalty of 1 changes nothing."""
+  rng = np.random.default_rng(11)
+  v, vm, r = 45, 64, 6
+  logits = (rng.normal(size=(r, vm)) * 3.0).astype(np.float32)
+  legal = rng.random((r, v)) < 0.6
+  rows = [dict(temperature=1.0, repetition=1.8, prompt=[1, 2, 3, 40], history=[3, 5]),
+          dict(temperature=0.7, top_k=5, repetition=1.3, prompt=list(range(0, 45, 3)),
+               history=[7, 7], presence=0.4, frequency=0.3),
+          dict(temperature=0.0, repetition=4.0, prompt=list(range(v))),
+          dict(temperature=1.0, repetition=0.6, prompt=[10, 11], top_p=0.9),
+          dict(temperature=1.0, repetition=1.0, prompt=[4, 5, 6]),
+          dict(temperature=1.1, min_p=0.05, repetition=2.5, history=[0, 9])]
+  case = cases.Case(logits, legal, np.array([1, 1, 1, 0, 1, 1], bool), rows, v)
+  params = case.params()
+  p, greedy, flags = jax.device_get(ip.masked_probs_reference(
+      jnp.asarray(logits), case.mask, jnp.asarray(case.enabled), params, vocab_size=v))
+  for i, row in enumerate(rows):
+    p_or, g_or, f_or = oracle.target(logits[i], case.oracle_legal(i), **row)
+    assert (flags[i], greedy[i]) == (f_or, g_or), (i, row)
+    np.testing.assert_allclose(p[i], p_or, rtol=2e-5, atol=2e-6, err_msg=f"row {i}")
+  plain = cases.Case(logits, legal, case.enabled, [dict(rows[4], prompt=[])] * r, v).params()
+  assert plain.prompt_mask.shape[-1] == 0  # no row penalised: no prompt mask at all
+  p_plain, _, _ = jax.device_get(ip.masked_probs_reference(
+      jnp.asarray(logits), case.mask, jnp.asarray(case.enabled), plain, vocab_size=v))
+  np.testing.assert_array_equal(p[4], p_plain[4])
+  assert not np.allclose(p[0], oracle.target(logits[0], case.oracle_legal(0))[0], atol=1e-3)
+  seed, position = jnp.arange(r, dtype=jnp.uint32), jnp.full((r,), 3, jnp.int32)
+  for base in (0, 100):
+    args = (jnp.asarray(logits), case.mask, jnp.asarray(case.enabled), params, seed + base,
+            position)
+    want = ip.masked_sample_reference(*args, vocab_size=v)
+    got = ip.masked_sample_kernel(*args, vocab_size=v, interpret=True,
+                                  block=ip.BlockSizes(2, 4, 1))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

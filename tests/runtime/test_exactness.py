@@ -153,6 +153,27 @@ def test_penalties_over_committed_and_drafted_history(bridge):
   assert sum(r.accepted for r in results) > 0  # drafts were accepted under penalties
 
 
+@pytest.mark.parametrize("name,constrained", [("jump+ngram", False), ("dflash2", True)])
+def test_repetition_penalty_over_prompt_and_drafted_history(name, constrained):
+  """The repetition penalty (prompt + committed output + the round's hypothetical drafts,
+  with presence after it) is part of the target p that verification accepts against: the
+  samples of speculative decoding (greedy n-gram drafts free; a sampled, masked q under a
+  choice) follow ordinary decoding's penalised, constrained law, and a wrong penalty fails."""
+  cfg, model = h.tiny_model()
+  law = lambda rp: h.exact_distribution(cfg, model, PROMPTS[0], h.toy_vocab(), 3, 1.0,
+                                        choices=CHOICES if constrained else None,
+                                        presence=0.5, repetition=rp)
+  requests = [GenerationRequest(PROMPTS[0], max_tokens=3, constraint=SPEC if constrained
+                                else None, sampling=SamplingOptions(
+                                    temperature=1.0, presence_penalty=0.5,
+                                    repetition_penalty=1.8, seed=s)) for s in range(1200)]
+  results = run(engine(name), requests)
+  samples = [tuple(r.token_ids) for r in results]
+  assert h.chi_square_pvalue(law(1.8), samples) > 1e-3
+  assert h.chi_square_pvalue(law(1.0), samples) < 1e-6  # the penalty changes the law
+  assert sum(r.accepted for r in results) > 0  # drafts were accepted under the penalty
+
+
 def test_wrong_target_fails_the_same_check():
   """Negative control: samples of ordinary decoding at T = 1.4 fail the T = 1 test."""
   requests = [GenerationRequest(PROMPTS[0], max_tokens=3,
