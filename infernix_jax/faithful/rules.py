@@ -52,6 +52,10 @@ def check_law(request: Any) -> None:
         "sampling_law", f"sampling_law={law!r} cannot be combined with {', '.join(used)}: "
         f"truncation and penalties have no defined meaning under the whole-output law μ*; "
         f"leave them at their defaults or use sampling_law='local'")
+  if request.min_tokens:
+    raise RequestConflictError(
+        "sampling_law", f"sampling_law={law!r} cannot be combined with min_tokens: the law "
+        f"is over the constraint's whole outputs as they are; leave min_tokens at 0")
   if request.thinking_budget is not None:
     raise RequestConflictError(
         "sampling_law", f"sampling_law={law!r} cannot be combined with thinking_budget: the "

@@ -96,6 +96,15 @@ class HostState:
         nodes[i], rows[i] = self.automata.node_of(lane.session), True
     return nodes, rows
 
+  def eos_block(self) -> np.ndarray:
+    """i32[B] per lane the round positions (from its first) at which EOS is illegal: the
+    tokens still missing to its request's min_tokens (0: none; never under ignore_eos)."""
+    out = np.zeros((self.b,), np.int32)
+    for i, lane in enumerate(self.lanes):
+      if lane is not None and lane.finish is None and not lane.request.ignore_eos:
+        out[i] = max(0, lane.request.min_tokens - len(lane.output))
+    return out
+
   def positions(self) -> np.ndarray:
     """i32[B] logical output position of each lane's next token."""
     return np.array([len(x.output) if x is not None else 0 for x in self.lanes], np.int32)
@@ -326,8 +335,9 @@ class HostState:
           break
         out.append(int(t))
       finish = None
+      eos = frozenset() if lane.request.ignore_eos else self.eos  # ignore_eos: EOS is a token
       for i, t in enumerate(out):
-        if t in self.eos:
+        if t in eos:
           out, finish = out[:i + 1], FinishReason.STOP
           break
       if len(out) >= lane.remaining:
@@ -377,9 +387,10 @@ class HostState:
             finish = FinishReason.STOP
         if lane.tracker is not None:
           lane.tracker.observe(out)
+        eos = frozenset() if lane.request.ignore_eos else self.eos
         if lane.law is not None:
-          lane.law_node = lane.law.advance(lane.law_node, [t for t in out if t not in self.eos])
-        lane.publish([t for t in out if t not in self.eos], final=finish is not None)
+          lane.law_node = lane.law.advance(lane.law_node, [t for t in out if t not in eos])
+        lane.publish([t for t in out if t not in eos], final=finish is not None)
         if lane.trace is not None:
           lane.trace.commit(out, accepted=min(int(accepted[b]), len(out)),
                             n_drafts=int(n_drafts[b]))
@@ -387,8 +398,11 @@ class HostState:
         lane.fail(SessionFailure(f"request {lane.request.request_id}: commit or streaming "
                                  f"raised {type(e).__name__}: {e}", lane.request.request_id))
         continue
-      if finish is None and lane.session is None and lane.check_stop_strings():
+      if (finish is None and lane.session is None
+          and len(lane.output) >= lane.request.min_tokens and lane.check_stop_strings()):
         finish = FinishReason.STOP_STRING
+      if finish == FinishReason.STOP and len(lane.output) < lane.request.min_tokens:
+        lane.min_tokens_unmet = True  # the grammar allowed EOS alone: it forced the end
       if finish is not None:
         lane.finish = finish
     committed = Committed(tokens=out_tokens, counts=counts)

@@ -33,6 +33,7 @@ class Lane:
   law_node: Any = 0  # the law's state after the committed output (ExactFiniteLaw: a trie node)
   trace: Any = None  # runtime.trace.RequestTrace of a traced request (None: no trace work)
   prompt_words: Any = None  # packed prompt ids (repetition penalty), built on first use
+  min_tokens_unmet: bool = False  # ended on a grammar-forced EOS before min_tokens
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
@@ -109,7 +110,8 @@ class Lane:
         text="".join(self.text_parts), finish_reason=self.finish or FinishReason.ERROR,
         prompt_tokens=len(self.request.prompt_ids), error=str(err) if err else None,
         error_kind=err.kind if err else None, constraint=report, rounds=list(self.rounds),
-        wall_seconds=time.perf_counter() - self.t_start, thinking_forced_close=self.forced_close)
+        wall_seconds=time.perf_counter() - self.t_start, thinking_forced_close=self.forced_close,
+        min_tokens_unmet=self.min_tokens_unmet)
     if self.trace is not None:
       result.trace = self.trace.to_json(result)
     return result

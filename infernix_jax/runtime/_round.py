@@ -5,7 +5,7 @@ Vm logits width, D model width, T appended tokens.
 
   begin (host: limits, forced tokens)
   -> propose (the drafter) -> verify (target over [anchor, drafts])
-  -> masks (host lookahead, only when a lane is constrained)
+  -> masks (host lookahead, only when a lane is constrained; the min_tokens EOS ban on top)
   -> finish (masked q, masked sampling, acceptance)
   -> trace (only while a lane is traced: `runtime.trace`) -> commit (host protocol)
   -> advance (the drafter: what was really committed) -> clear lanes that went non-finite
@@ -37,7 +37,7 @@ from jax.experimental import io_callback
 
 from infernix_jax import mask_layout
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _deps, _masked_q
+from infernix_jax.runtime import _deps, _masked_q, _min_tokens
 from infernix_jax.runtime import trace as _trace
 from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
@@ -80,12 +80,14 @@ class RoundInputs:
     draft: the drafter's DraftInput (anchor, lengths, seed, position, limit, forced tokens).
     constrained: bool[] some lane needs host lookahead masks this round.
     nodes: i32[B] trie lanes' states in the device automaton; trie_rows: bool[B] those lanes.
+    eos_block: i32[B] positions from the round's first at which EOS is illegal (min_tokens).
   """
 
   draft: DraftInput
   constrained: Any
   nodes: Any
   trie_rows: Any
+  eos_block: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +103,7 @@ class RoundStatics:
   device_automaton: bool = False  # trie lanes take their masks from the device automaton
   drop_illegal: bool = False  # the wrong acceptance rule (exactness study only)
   placement: Any = None  # _placement.Placement of a mesh: where stages put host inputs
+  eos_ids: tuple = ()  # the vocabulary's EOS ids (min_tokens bans them)
 
 
 # --- device steps (pure; jitted one by one by StagesIO, inlined by CallbackIO) --------------
@@ -154,6 +157,12 @@ def finish_step(logits, mask, states, enabled, prop, params, seed, position, bia
   return out.accepted, out.tokens, out.flags, n
 
 
+def min_tokens_step(mask, states, enabled, eos_block, *, positions, vocab_size, eos_ids):
+  """EOS out of the legal sets of lanes below their min_tokens (`_min_tokens.apply`)."""
+  return _min_tokens.apply(mask, states, enabled, eos_block, positions=positions,
+                           vocab_size=vocab_size, eos_ids=eos_ids)
+
+
 def automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled):
   """Masks of the trie lanes `rows` (bool[B]) from the device automaton, merged with the host
   masks of the other lanes (mask None: no host-masked lane)."""
@@ -187,6 +196,8 @@ _JIT = {
                          donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q", "drop_illegal")),
     automaton_step: jax.jit(automaton_step),
+    min_tokens_step: jax.jit(min_tokens_step,
+                             static_argnames=("positions", "vocab_size", "eos_ids")),
     advance_step: jax.jit(advance_step, static_argnames=("drafter",),
                           donate_argnames=("dstate",)),
     clear_step: jax.jit(clear_step, static_argnames=("drafter",),
@@ -210,6 +221,8 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
                                          prop.n, mask, states, enabled)
+  mask, states, enabled = io.min_tokens(inp.eos_block, prop.drafts.shape[1] + 1, mask, states,
+                                        enabled, st)
   bias = io.bias(prop.drafts, prop.n)
   accepted, tokens, flags, n = io.device(
       finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
@@ -268,7 +281,7 @@ class HostCallbacks:
     inp = h.begin(self.seed)
     nodes, rows = h.automaton_rows()
     return RoundInputs(draft=inp, constrained=np.bool_(h.any_constrained()), nodes=nodes,
-                       trie_rows=rows)
+                       trie_rows=rows, eos_block=h.eos_block())
 
   def propose(self, inp):
     """A host drafter's proposal inside the compiled loop -> (drafts i32[B, K], n i32[B])."""
@@ -440,6 +453,13 @@ class StagesIO:
       return mask, states, enabled
     return self.device(automaton_step, auto, nodes, rows, drafts, n, mask, states, enabled)
 
+  def min_tokens(self, eos_block, p, mask, states, enabled, st):
+    """The min_tokens ban; nothing runs (and no mask is built) while no lane needs it."""
+    if not np.any(np.asarray(eos_block) > 0):
+      return mask, states, enabled
+    return self.device(min_tokens_step, mask, states, enabled, eos_block, positions=p,
+                       vocab_size=st.vocab_size, eos_ids=st.eos_ids)
+
   def clear(self, rows, drafter, cache, state):
     rows = np.asarray(rows)
     if not rows.any():
@@ -503,6 +523,13 @@ class CallbackIO:
       return mask, states, enabled
     return automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled)
 
+  def min_tokens(self, eos_block, p, mask, states, enabled, st):
+    """The min_tokens ban, traced (it leaves lanes without a ban unchanged)."""
+    if not st.eos_ids:
+      return mask, states, enabled
+    return min_tokens_step(mask, states, enabled, eos_block, positions=p,
+                           vocab_size=st.vocab_size, eos_ids=st.eos_ids)
+
   def clear(self, rows, drafter, cache, state):
     if not drafter.on_device:
       io_callback(self.steps.clear, self.shapes["advance"], rows, ordered=True)
@@ -518,7 +545,7 @@ def _shapes(b: int, k: int, w: int) -> dict:
                      limit=lane, forced=s((b, k), i32), n_forced=lane)
   return {
       "begin": RoundInputs(draft=draft, constrained=s((), jnp.bool_), nodes=lane,
-                           trie_rows=s((b,), jnp.bool_)),
+                           trie_rows=s((b,), jnp.bool_), eos_block=lane),
       "propose": (s((b, k), i32), lane),
       "advance": s((), i32),
       "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),

@@ -313,7 +313,8 @@ class Engine:
                                lanes=self.b, words=mask_layout.mask_words(self.vocab.size),
                                device_automaton=self.device_automaton,
                                drop_illegal=self.acceptance == "drop-illegal",
-                               placement=self._place if self.mesh is not None else None)
+                               placement=self._place if self.mesh is not None else None,
+                               eos_ids=tuple(sorted(self.host.eos)))
 
   def _admit(self) -> None:
     """Prefills prompt[:-1] of every admitted lane in one batched call (other rows untouched)."""

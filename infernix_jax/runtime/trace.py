@@ -144,7 +144,8 @@ class RequestTrace:
 
   def __init__(self, request, vocab, meta: dict):
     self.vocab = vocab
-    self.eos = frozenset(int(e) for e in vocab.eos_ids)
+    # under ignore_eos an EOS is an output token like any other
+    self.eos = frozenset() if request.ignore_eos else frozenset(int(e) for e in vocab.eos_ids)
     self.meta = dict(meta)
     self.prompt_ids = list(request.prompt_ids)
     self.rounds: list[dict] = []
@@ -278,4 +279,5 @@ def meta_of(request, session, drafter, *, masked_q: bool, bridge: str) -> dict:
           "bridge": bridge, "constraint": kind,
           "backend": getattr(session, "backend", None) if session is not None else None,
           "sampling": dataclasses.asdict(s), "sampling_law": request.sampling_law,
-          "max_tokens": request.max_tokens, "max_drafts": request.max_drafts}
+          "max_tokens": request.max_tokens, "max_drafts": request.max_drafts,
+          "min_tokens": request.min_tokens, "ignore_eos": request.ignore_eos}

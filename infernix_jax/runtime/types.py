@@ -17,9 +17,11 @@ __all__ = [
     "RoundStat",
     "SamplingOptions",
     "TokenEvent",
+    "TokenLogprob",
 ]
 
 _IDS = itertools.count()
+MAX_LOGPROBS = 20  # alternatives per token GenerationRequest.logprobs may ask for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,19 @@ class GenerationRequest:
   # Record a per-token trace (`runtime.trace`: drafts, verification, origins) into
   # GenerationResult.trace; off by default (untraced requests do no trace work).
   trace: bool = False
+  # EOS (every EOS id) is illegal until the output has this many tokens (vLLM's min_tokens;
+  # <= max_tokens). Where a constraint allows EOS alone earlier, the constraint decides: the
+  # request ends there and GenerationResult.min_tokens_unmet says so. Stop strings are looked
+  # for once the output has min_tokens tokens.
+  min_tokens: int = 0
+  # EOS does not end the request: it is an output token like any other and decoding goes on
+  # to max_tokens (vLLM's ignore_eos; min_tokens then bans nothing). Refused with a
+  # constraint or tools: a grammar that accepted EOS has no continuation.
+  ignore_eos: bool = False
+  # Per output token, its log-probability under the distribution it was sampled from and
+  # the `logprobs` most probable alternatives of it (0..MAX_LOGPROBS; None = off: no work);
+  # GenerationResult.logprobs, docs/CONTRACTS.md "runtime/".
+  logprobs: int | None = None
 
   def __post_init__(self):
     if not self.request_id:
@@ -142,6 +157,23 @@ class GenerationRequest:
       raise ParameterError("prompt", "the prompt is empty: give at least one token")
     if not isinstance(self.trace, bool):
       raise ParameterError("trace", f"trace={self.trace!r} must be true or false")
+    if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or not (
+        0 <= self.min_tokens <= self.max_tokens):
+      raise ParameterError("min_tokens", f"min_tokens={self.min_tokens!r} must be an integer "
+                           f"in [0, max_tokens={self.max_tokens}]")
+    if not isinstance(self.ignore_eos, bool):
+      raise ParameterError("ignore_eos", f"ignore_eos={self.ignore_eos!r} must be true or "
+                           f"false")
+    if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(
+        self.logprobs, int) or not 0 <= self.logprobs <= MAX_LOGPROBS):
+      raise ParameterError("logprobs", f"logprobs={self.logprobs!r} must be None or an "
+                           f"integer in [0, {MAX_LOGPROBS}] (alternatives per token)")
+    if self.ignore_eos and (self.constraint is not None or self.tools is not None):
+      from infernix_jax.errors import RequestConflictError
+      raise RequestConflictError(
+          "ignore_eos", "ignore_eos cannot be combined with an output constraint or tools: "
+          "once the grammar accepts EOS the output is complete and has no legal "
+          "continuation; drop ignore_eos (use min_tokens to forbid an early end)")
     for name in ("thinking_budget", "max_drafts"):
       value = getattr(self, name)
       if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -165,6 +197,20 @@ class FinishReason(str, enum.Enum):
   STOP_STRING = "stop_string"  # an extra stop string appeared (unconstrained only)
   CANCELLED = "cancelled"
   ERROR = "error"  # see GenerationResult.error_kind
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLogprob:
+  """One output token's log-probability and the most probable alternatives (docs/CONTRACTS.md
+  "runtime/": the distribution it was sampled from; a token appended by the engine, e.g. a
+  thinking-budget close, has logprob 0 and no alternatives)."""
+
+  token_id: int
+  logprob: float
+  top: tuple[tuple[int, float], ...] = ()  # (id, logprob), most probable first
+
+  def to_list(self) -> list:
+    return [self.token_id, self.logprob, [list(x) for x in self.top]]
 
 
 @dataclasses.dataclass
@@ -219,6 +265,10 @@ class GenerationResult:
   rounds: list[RoundStat] = dataclasses.field(default_factory=list)
   wall_seconds: float = 0.0  # submit to finish (queue wait, prefill and decoding)
   thinking_forced_close: bool = False  # the thinking budget closed the reasoning block
+  # The request ended on EOS before min_tokens: its constraint allowed EOS alone there.
+  min_tokens_unmet: bool = False
+  # GenerationRequest.logprobs: one TokenLogprob per output token; None when not asked for.
+  logprobs: list["TokenLogprob"] | None = dataclasses.field(default=None, repr=False)
   # The request's trace (GenerationRequest.trace): a JSON-ready dict, docs/CONTRACTS.md
   # "Generation traces"; None when not asked for. Not part of `to_dict`.
   trace: dict | None = dataclasses.field(default=None, repr=False)
@@ -256,6 +306,8 @@ class GenerationResult:
         "prompt_tokens": self.prompt_tokens,
         "constraint": self.constraint.to_dict() if self.constraint else None,
         "thinking_forced_close": self.thinking_forced_close,
+        "min_tokens_unmet": self.min_tokens_unmet,
+        "logprobs": None if self.logprobs is None else [x.to_list() for x in self.logprobs],
         "stats": {
             "rounds": len(self.rounds),
             "drafted": self.drafted,

@@ -67,7 +67,8 @@ def choice_legal(choices, vocab, out_ids) -> np.ndarray:
 
 
 def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choices=None,
-                       top_k=0, presence=0.0, frequency=0.0, repetition=1.0, min_tokens=0):
+                       top_k=0, presence=0.0, frequency=0.0, repetition=1.0, min_tokens=0,
+                       ignore_eos=False):
   """Exact probabilities of every output of ordinary decoding (FP64 enumeration).
 
   Args:
@@ -75,12 +76,14 @@ def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choic
       positive logit divided by it, another multiplied), before presence / frequency.
     min_tokens: EOS is illegal while the output is shorter, unless it is the only legal
       token (the constraint forces the end).
+    ignore_eos: EOS is an output token like any other (outputs run to max_tokens).
 
   Returns:
     dict: output tuple (EOS excluded) -> probability, at temperature > 0; the greedy output
     when temperature == 0 (a dict with one entry).
   """
   eos = set(vocab.eos_ids)
+  ends = set() if ignore_eos else eos
   frontier = {(): 1.0}
   final: dict[tuple, float] = {}
   for _ in range(max_tokens):
@@ -98,7 +101,7 @@ def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choic
       legal[:vocab.size] = (choice_legal(choices, vocab, key) if choices is not None
                             else np.ones(vocab.size, bool))
       banned = np.zeros_like(legal)
-      banned[list(eos)] = len(key) < min_tokens
+      banned[list(eos)] = len(key) < min_tokens and not ignore_eos
       if (legal & ~banned).any():
         legal &= ~banned
       if temperature == 0:
@@ -114,7 +117,7 @@ def exact_distribution(cfg, model, prompt, vocab, max_tokens, temperature, choic
         probs /= probs.sum()
       for t in np.flatnonzero(probs > 0):
         pr = frontier[key] * probs[t]
-        if int(t) in eos:
+        if int(t) in ends:
           final[key] = final.get(key, 0.0) + pr
         else:
           nxt[key + (int(t),)] = nxt.get(key + (int(t),), 0.0) + pr

@@ -174,6 +174,43 @@ def test_repetition_penalty_over_prompt_and_drafted_history(name, constrained):
   assert sum(r.accepted for r in results) > 0  # drafts were accepted under the penalty
 
 
+@pytest.mark.parametrize("name,constrained", [("jump+ngram", False), ("dflash2", True)])
+def test_min_tokens_bans_eos_in_drafts_and_targets(name, constrained):
+  """min_tokens = 3: EOS is out of the legal set of the first three positions (target p and
+  masked q alike), except where the choice allows EOS alone (the end it forces is kept and
+  reported); the samples follow ordinary decoding's law under that rule, and the law
+  without it fails."""
+  cfg, model = h.tiny_model()
+  law = lambda m: h.exact_distribution(cfg, model, PROMPTS[1], h.toy_vocab(), 4, 1.0,
+                                       choices=CHOICES if constrained else None, min_tokens=m)
+  requests = [GenerationRequest(PROMPTS[1], max_tokens=4, min_tokens=3,
+                                constraint=SPEC if constrained else None,
+                                sampling=SamplingOptions(temperature=1.0, seed=s))
+              for s in range(1200)]
+  results = run(engine(name), requests)
+  samples = [tuple(r.token_ids) for r in results]
+  assert h.chi_square_pvalue(law(3), samples) > 1e-3
+  assert h.chi_square_pvalue(law(0), samples) < 1e-6
+  short = [r for r in results if len(r.token_ids) < 3]
+  assert all(r.min_tokens_unmet and r.finish_reason.value == "stop" for r in short)
+  assert bool(short) == constrained  # free: never short; the choice forces "abc" etc.
+  assert not any(r.min_tokens_unmet for r in results if len(r.token_ids) >= 3)
+
+
+def test_ignore_eos_keeps_decoding_to_max_tokens():
+  """ignore_eos: EOS is an ordinary output token (drafted, verified and fed back); every
+  output runs to max_tokens and the samples follow ordinary decoding's law of that rule."""
+  cfg, model = h.tiny_model()
+  want = h.exact_distribution(cfg, model, PROMPTS[1], h.toy_vocab(), 3, 1.0, ignore_eos=True)
+  requests = [GenerationRequest(PROMPTS[1], max_tokens=3, ignore_eos=True,
+                                sampling=SamplingOptions(temperature=1.0, seed=s))
+              for s in range(1200)]
+  results = run(engine("jump+ngram"), requests)
+  assert all(len(r.token_ids) == 3 and r.finish_reason.value == "length" for r in results)
+  assert any(0 in r.token_ids for r in results)  # EOS (id 0) was produced and kept
+  assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
+
+
 def test_wrong_target_fails_the_same_check():
   """Negative control: samples of ordinary decoding at T = 1.4 fail the T = 1 test."""
   requests = [GenerationRequest(PROMPTS[0], max_tokens=3,
@@ -186,9 +223,12 @@ def test_wrong_target_fails_the_same_check():
 
 @pytest.mark.parametrize("name", ["jump+ngram", "dflash2"])
 def test_callback_bridge_equals_stages_bridge(name):
-  """The io_callback loop produces exactly the stages bridge's tokens (same randomness)."""
+  """The io_callback loop produces exactly the stages bridge's tokens (same randomness),
+  min_tokens and ignore_eos included."""
   requests = lambda: [GenerationRequest(PROMPTS[s % 2], max_tokens=4,
                                         constraint=SPEC if s % 3 else None,
+                                        min_tokens=2 if s % 4 == 0 else 0,
+                                        ignore_eos=s % 6 == 0,
                                         sampling=SamplingOptions(temperature=1.0, seed=s))
                       for s in range(48)]
   a = run(engine(name), requests())
