@@ -60,6 +60,8 @@ SLOW_TESTS = {
     "pallas/test_masked_sample.py::test_reference_matches_fp64_oracle": "FP64 oracle per case",
     "pallas/test_masked_sample.py::test_errors_and_dispatch": "compiles per case",
     "pallas/test_masked_sample.py::test_samples_follow_masked_p": "many draws",
+    "runtime/test_logprobs.py::test_logprobs_equal_the_fp64_law_of_each_position": "an "
+        "engine per drafter; an FP64 forward per output token",
     "pallas/test_masked_sample.py::test_repetition_penalty_matches_fp64_oracle": "the kernel "
                                                                            "in interpret mode",
     "pallas/test_spec_accept.py::test_counter_example_and_wrong_variant": "many draws",

@@ -11,6 +11,7 @@ from infernix_jax.pallas.masked_sample import (BlockSizes, masked_probs_referenc
                                                masked_sample_reference)
 from infernix_jax.pallas.spec_accept import (SpecResult, spec_accept_kernel,
                                              spec_accept_reference)
+from infernix_jax.pallas.token_logprobs import TokenLogprobs, token_logprobs_reference
 
 __all__ = [
     "FLAG_DEAD_END", "FLAG_EMPTY", "FLAG_NONFINITE", "PURPOSE_SAMPLE", "SPARSE_Q_WIDTH",
@@ -18,4 +19,5 @@ __all__ = [
     "masked_probs_reference", "masked_sample", "masked_sample_kernel",
     "masked_sample_reference", "resolve_impl",
     "rng", "spec_accept", "spec_accept_kernel", "spec_accept_reference", "unpack_legal",
+    "TokenLogprobs", "token_logprobs_reference",
 ]

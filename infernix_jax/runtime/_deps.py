@@ -32,6 +32,13 @@ def spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
                         position, vocab_size=vocab_size)
 
 
+def token_logprobs(logits, mask, mask_enabled, tokens, params, vocab_size, top):
+  """pallas token_logprobs_reference: log p of the produced tokens and the top-N per position."""
+  from infernix_jax import pallas as ip
+  return ip.token_logprobs_reference(logits, mask, mask_enabled, tokens, params,
+                                     vocab_size=vocab_size, top=top)
+
+
 def sampling_params(temperature, top_k, top_p, min_p, presence, frequency, history_ids,
                     history_counts, repetition, prompt_mask):
   """Per-row pallas SamplingParams from host arrays ([B] each; history [B, M]; prompt_mask

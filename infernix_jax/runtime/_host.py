@@ -56,6 +56,7 @@ class HostState:
     self.bias_bufs: dict[int, np.ndarray] = {}  # [B, P', Vm] f32 per width (law lanes)
     self.stats = collections.Counter()  # host seconds per step, mask bytes uploaded
     self.generation = 0  # bumped whenever a lane's request changes (per-lane params cache)
+    self.round_logprobs = None  # the round's pallas TokenLogprobs (numpy), for commit
     # Trie-constrained lanes may take their masks from a device-resident automaton.
     self.automata = None
     if device_automaton:
@@ -298,6 +299,33 @@ class HostState:
       if lane is not None and lane.trace is not None and lane.finish is None:
         lane.trace.device(proposed[b], int(n_proposed[b]), arrays, b)
 
+  # --- step 2d: logprobs (only while a lane asks for them) ---------------------------------
+  def logprobs_top(self) -> int | None:
+    """The alternatives the round's logprobs step keeps (the most any active lane asks for,
+    bucketed: 0, 1, 2, 4, 8, 16, 20), or None when no active lane asks for logprobs."""
+    asked = [x.request.logprobs for x in self.lanes
+             if x is not None and x.finish is None and x.request.logprobs is not None]
+    if not asked:
+      return None
+    most = max(asked)
+    return 0 if most == 0 else min(20, 1 << (most - 1).bit_length())
+
+  def _record_logprobs(self, b: int, lane: Lane, out: list[int], published: set) -> None:
+    """Appends lane b's TokenLogprob of each published token of `out` from the round's
+    logprobs (position i of the round decided out[i])."""
+    from infernix_jax.runtime.types import TokenLogprob
+    arrays, n = self.round_logprobs, lane.request.logprobs
+    for i, t in enumerate(out):
+      if t not in published:
+        continue
+      if arrays is None:  # a round without the step (cannot happen on the stages bridge)
+        raise StateIntegrityError(f"no logprobs were computed for request "
+                                  f"{lane.request.request_id}", lane.request.request_id)
+      alts = tuple((int(a), float(x)) for a, x in zip(arrays.top_ids[b, i][:n],
+                                                      arrays.top_logprobs[b, i][:n])
+                   if np.isfinite(x))
+      lane.logprobs.append(TokenLogprob(int(t), float(arrays.logprob[b, i]), alts))
+
   # --- step 3: commit ------------------------------------------------------------------------
   def commit(self, accepted, tokens, flags, n_drafts) -> tuple[Committed, np.ndarray]:
     """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
@@ -390,6 +418,8 @@ class HostState:
         eos = frozenset() if lane.request.ignore_eos else self.eos
         if lane.law is not None:
           lane.law_node = lane.law.advance(lane.law_node, [t for t in out if t not in eos])
+        if lane.logprobs is not None:
+          self._record_logprobs(b, lane, out, {t for t in out if t not in eos})
         lane.publish([t for t in out if t not in eos], final=finish is not None)
         if lane.trace is not None:
           lane.trace.commit(out, accepted=min(int(accepted[b]), len(out)),
@@ -406,6 +436,7 @@ class HostState:
       if finish is not None:
         lane.finish = finish
     committed = Committed(tokens=out_tokens, counts=counts)
+    self.round_logprobs = None
     self.stats["commit_seconds"] += time.perf_counter() - t0
     return committed, poisoned
 
@@ -479,6 +510,9 @@ class HostState:
         if lane.tracker is not None:
           lane.tracker.observe(close)
         lane.forced_close = True
+        if lane.logprobs is not None:  # appended by the engine, not sampled
+          from infernix_jax.runtime.types import TokenLogprob
+          lane.logprobs.extend(TokenLogprob(int(t), 0.0) for t in close)
         final = lane.remaining - len(close) <= 0
         lane.publish(list(close), final=final)
         if lane.trace is not None:

@@ -34,9 +34,13 @@ class Lane:
   trace: Any = None  # runtime.trace.RequestTrace of a traced request (None: no trace work)
   prompt_words: Any = None  # packed prompt ids (repetition penalty), built on first use
   min_tokens_unmet: bool = False  # ended on a grammar-forced EOS before min_tokens
+  logprobs: Any = None  # [TokenLogprob] per output token when the request asks for them
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+    if self.request.logprobs is not None and self.logprobs is None:
+      self.logprobs = []
+
 
   @property
   def constrained(self) -> bool:
@@ -111,7 +115,8 @@ class Lane:
         prompt_tokens=len(self.request.prompt_ids), error=str(err) if err else None,
         error_kind=err.kind if err else None, constraint=report, rounds=list(self.rounds),
         wall_seconds=time.perf_counter() - self.t_start, thinking_forced_close=self.forced_close,
-        min_tokens_unmet=self.min_tokens_unmet)
+        min_tokens_unmet=self.min_tokens_unmet,
+        logprobs=list(self.logprobs) if self.logprobs is not None else None)
     if self.trace is not None:
       result.trace = self.trace.to_json(result)
     return result

@@ -7,7 +7,8 @@ Vm logits width, D model width, T appended tokens.
   -> propose (the drafter) -> verify (target over [anchor, drafts])
   -> masks (host lookahead, only when a lane is constrained; the min_tokens EOS ban on top)
   -> finish (masked q, masked sampling, acceptance)
-  -> trace (only while a lane is traced: `runtime.trace`) -> commit (host protocol)
+  -> trace (only while a lane is traced: `runtime.trace`) -> logprobs (only while a lane
+  asks for them) -> commit (host protocol)
   -> advance (the drafter: what was really committed) -> clear lanes that went non-finite
 
 This module is the only caller of drafter hooks (`init`, `propose`, `advance`, `extend`,
@@ -163,6 +164,14 @@ def min_tokens_step(mask, states, enabled, eos_block, *, positions, vocab_size, 
                            vocab_size=vocab_size, eos_ids=eos_ids)
 
 
+def logprobs_step(logits, mask, enabled, tokens, params, bias=None, *, vocab_size, top):
+  """Log-probabilities of the round's produced tokens (`pallas.token_logprobs_reference`)
+  under the p Finish sampled from (the sampling-law bias added like Finish adds it)."""
+  if bias is not None:
+    logits = logits + bias
+  return _deps.token_logprobs(logits, mask, enabled, tokens, params, vocab_size, top)
+
+
 def automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled):
   """Masks of the trie lanes `rows` (bool[B]) from the device automaton, merged with the host
   masks of the other lanes (mask None: no host-masked lane)."""
@@ -196,6 +205,7 @@ _JIT = {
                          donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q", "drop_illegal")),
     automaton_step: jax.jit(automaton_step),
+    logprobs_step: jax.jit(logprobs_step, static_argnames=("vocab_size", "top")),
     min_tokens_step: jax.jit(min_tokens_step,
                              static_argnames=("positions", "vocab_size", "eos_ids")),
     advance_step: jax.jit(advance_step, static_argnames=("drafter",),
@@ -230,6 +240,9 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
       drop_illegal=st.drop_illegal)
   if io.traced():  # a Python bool: untraced rounds never reach the trace step
     io.trace(logits, mask, states, enabled, prop, args, inp.draft, bias, st)
+  top = io.logprobs_top()  # None (a Python value) while no lane asks for logprobs
+  if top is not None:
+    io.logprobs(logits, mask, enabled, tokens, args.params, bias, top, st)
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
   draft = io.advance(drafter, args.dparams, draft, out_tokens, counts, hidden)
   cache, draft = io.clear(poisoned, drafter, cache, draft)
@@ -370,6 +383,17 @@ class StagesIO:
   def traced(self) -> bool:
     return self.steps.host.any_traced()
 
+  def logprobs_top(self) -> int | None:
+    return self.steps.host.logprobs_top()
+
+  def logprobs(self, logits, mask, enabled, tokens, params, bias, top, st):
+    """The round's logprobs step (device), read back for the commit step's lanes."""
+    t0 = time.perf_counter()
+    out = self.device(logprobs_step, logits, mask, enabled, tokens, params, bias,
+                      vocab_size=st.vocab_size, top=top)
+    self.steps.host.round_logprobs = jax.device_get(out)
+    self.steps.host.stats["logprobs_seconds"] += time.perf_counter() - t0
+
   def trace(self, logits, mask, states, enabled, prop, args, inp, bias, st):
     """The round's trace step (device), read back for the traced lanes' records."""
     t0 = time.perf_counter()
@@ -481,6 +505,9 @@ class CallbackIO:
 
   def traced(self) -> bool:
     return False  # the engine refuses traced requests on this bridge (submit)
+
+  def logprobs_top(self) -> None:
+    return None  # the engine refuses logprobs requests on this bridge (submit)
 
   def propose(self, drafter, params, state, inp):
     """Device drafters inline; host drafters through a callback on the steps' own state

@@ -127,6 +127,11 @@ class Engine:
         request.constraint is not None or request.tools is not None) else (None, None)
     law = self._law(request, session, report) if request.sampling_law != "local" else None
     trace = self._trace(request, session) if request.trace else None
+    if request.logprobs is not None and self.bridge != "stages":
+      from infernix_jax.constrain.errors import FeatureConflictError
+      raise FeatureConflictError(
+          f"logprobs needs the engine's stages bridge (got bridge={self.bridge!r}): the "
+          f"callback loop runs no logprobs step; use bridge='stages' or drop logprobs")
     lane = Lane(request=request, session=session, report=report, vocab=self.vocab,
                 tracker=_thinking.tracker_for(request, session, self.vocab), law=law,
                 trace=trace)
