@@ -48,6 +48,8 @@ class Completion:
     result: the engine's `runtime.GenerationResult`.
     trace: the generation trace (`prepare(..., trace=True)`; docs/CONTRACTS.md "Generation
       traces"), None otherwise; `infernix_jax.trace_page.write([trace], path)` draws it.
+    logprobs: `prepare(..., logprobs=N)`: one `runtime.TokenLogprob(token_id, logprob, top)`
+      per output token; None otherwise.
   """
 
   text: str
@@ -62,6 +64,7 @@ class Completion:
   stats: dict
   result: Any = dataclasses.field(repr=False, default=None)
   trace: dict | None = dataclasses.field(repr=False, default=None)
+  logprobs: list | None = dataclasses.field(repr=False, default=None)
 
   def json(self) -> Any:
     """The content parsed as JSON (raises json.JSONDecodeError when it is not JSON)."""
@@ -221,6 +224,8 @@ class LLM:
               tool_choice: Any = None, max_tokens: int = 256, temperature: float = 0.0,
               top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int = 0,
               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+              repetition_penalty: float = 1.0, min_tokens: int = 0, ignore_eos: bool = False,
+              logprobs: int | None = None,
               stop: Sequence[str] | str | None = None, thinking_budget: int | None = None,
               on_token: Callable | None = None, request_id: str = "",
               max_drafts: int | None = None,
@@ -242,6 +247,15 @@ class LLM:
         | a tool name; calls are framed and constrained (chat prompts only).
       max_tokens, temperature, top_p, top_k, min_p, seed, presence_penalty,
       frequency_penalty: sampling (`runtime.SamplingOptions`; temperature 0 = greedy).
+      repetition_penalty: vLLM's (each token of the prompt or the output so far: a positive
+        logit divided by it, a negative one multiplied; 1 = off, > 0).
+      min_tokens: EOS is illegal until the output has this many tokens (a constraint that
+        allows only EOS earlier ends the output there: `result.min_tokens_unmet`).
+      ignore_eos: EOS does not end the output (kept as a token; decoding runs to
+        max_tokens); not with a constraint or tools.
+      logprobs: None, or N in 0..20: `Completion.logprobs` gives each output token's
+        log-probability under the distribution it was sampled from and its N most probable
+        alternatives (`runtime.TokenLogprob`; docs/CONTRACTS.md "runtime/").
       stop: extra stop strings (unconstrained output only).
       thinking_budget: reasoning tokens allowed (thinking models).
       on_token: a `runtime.TokenEvent` callback (streaming).
@@ -299,7 +313,8 @@ class LLM:
     backend = None if self.backend == "auto" else self.backend
     sampling = SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                seed=seed, presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty)
+                               frequency_penalty=frequency_penalty,
+                               repetition_penalty=repetition_penalty)
     request = GenerationRequest(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling,
                                 constraint=content, tools=tools,
                                 tool_choice=tool_choice if tools is not None else None,
@@ -307,7 +322,8 @@ class LLM:
                                 thinking_budget=thinking_budget, backend=backend,
                                 request_id=request_id, max_drafts=max_drafts,
                                 sampling_law=sampling_law, law_tolerance=law_tolerance,
-                                trace=trace)
+                                trace=trace, min_tokens=min_tokens, ignore_eos=ignore_eos,
+                                logprobs=logprobs)
     request.validate()
     self.engine.check_fits(request)
     if text is None:
@@ -373,7 +389,8 @@ class LLM:
                       tool_calls=calls, token_ids=list(result.token_ids),
                       finish_reason=result.finish_reason.value, error=result.error,
                       prompt=prepared.prompt, prompt_tokens=len(prepared.request.prompt_ids),
-                      stats=stats, result=result, trace=result.trace)
+                      stats=stats, result=result, trace=result.trace,
+                      logprobs=result.logprobs)
 
   def generate(self, prompt, **options) -> Completion:
     """Generates one output; keyword options as `prepare`. Returns a `Completion`."""

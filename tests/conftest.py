@@ -62,6 +62,9 @@ SLOW_TESTS = {
     "pallas/test_masked_sample.py::test_samples_follow_masked_p": "many draws",
     "runtime/test_logprobs.py::test_logprobs_equal_the_fp64_law_of_each_position": "an "
         "engine per drafter; an FP64 forward per output token",
+    "runtime/test_logprobs.py::test_llm_prepare_passes_the_fields_through": "an LLM's engine",
+    "serve/test_requests.py::test_tiny_server_exact_logprobs_and_vllm_fields": "a tiny LLM's "
+                                                                                "engine",
     "pallas/test_masked_sample.py::test_repetition_penalty_matches_fp64_oracle": "the kernel "
                                                                            "in interpret mode",
     "pallas/test_spec_accept.py::test_counter_example_and_wrong_variant": "many draws",

@@ -58,7 +58,18 @@ flags.DEFINE_float("min-p", 0.0, "Min-p (0 = off).")
 flags.DEFINE_integer("seed", 0, "Sampling seed.")
 flags.DEFINE_float("presence-penalty", 0.0, "Subtracted once from each token already output.")
 flags.DEFINE_float("frequency-penalty", 0.0, "Subtracted per occurrence in the output.")
+flags.DEFINE_float("repetition-penalty", 1.0, "vLLM's repetition penalty: each token of the "
+                   "prompt or the output so far has a positive logit divided by it and a "
+                   "negative one multiplied (1 = off; > 0).")
 flags.DEFINE_integer("max-tokens", 160, "Maximum generated tokens.")
+flags.DEFINE_integer("min-tokens", 0, "EOS is illegal until the output has this many tokens "
+                     "(where a constraint allows only EOS earlier, it ends there and the "
+                     "result says min_tokens_unmet).")
+flags.DEFINE_boolean("ignore-eos", False, "EOS does not end the output: it is kept as a token "
+                     "and decoding runs to --max-tokens (not with a constraint or tools).")
+flags.DEFINE_integer("logprobs", None, "Record each output token's log-probability under the "
+                     "distribution it was sampled from, with this many alternatives (0..20), "
+                     "into --json-out's \"logprobs\" (needs --bridge=stages).")
 flags.DEFINE_enum("sampling-law", "local", ["local", "exact-finite", "onestep"],
                   "local: the target renormalized over the legal tokens at each position; "
                   "exact-finite: the product of per-token tempered distributions restricted to the "
@@ -210,6 +221,9 @@ def _validate() -> None:
   if f.trace is not None and f.bridge != "stages":
     raise UsageError(f"--trace needs --bridge=stages (got --bridge={f.bridge}): the callback "
                      f"bridge's compiled loop runs no trace step")
+  if f.logprobs is not None and f.bridge != "stages":
+    raise UsageError(f"--logprobs needs --bridge=stages (got --bridge={f.bridge}): the "
+                     f"callback bridge's compiled loop runs no logprobs step")
   for name in ("tools-file", "json-schema-file", "grammar-file"):
     path = f[name].value
     if path is not None and not Path(path).is_file():
@@ -282,7 +296,8 @@ def _request(prompt_ids, constraint, tools, *, on_token=None):
                               backend=None if f.backend == "auto" else f.backend,
                               sampling_law=f["sampling-law"].value,
                               law_tolerance=f["law-tolerance"].value,
-                              trace=f.trace is not None)
+                              trace=f.trace is not None, min_tokens=f["min-tokens"].value,
+                              ignore_eos=f["ignore-eos"].value, logprobs=f.logprobs)
   try:
     request.validate()
   except ParameterError as e:
@@ -357,7 +372,8 @@ def _sampling():
   return SamplingOptions(temperature=f.temperature, top_k=f["top-k"].value,
                          top_p=f["top-p"].value, min_p=f["min-p"].value, seed=f.seed,
                          presence_penalty=f["presence-penalty"].value,
-                         frequency_penalty=f["frequency-penalty"].value)
+                         frequency_penalty=f["frequency-penalty"].value,
+                         repetition_penalty=f["repetition-penalty"].value)
 
 
 def chat_messages(prompt: str, system: str | None = None) -> list[dict]:

@@ -18,7 +18,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("drafting", ("drafter", "k", "drafter-opt", "plugin", "jump-forward", "masked-q",
                   "bridge")),
     ("sampling", ("temperature", "top-k", "top-p", "min-p", "seed", "presence-penalty",
-                  "frequency-penalty", "max-tokens", "sampling-law", "law-tolerance")),
+                  "frequency-penalty", "repetition-penalty", "max-tokens", "min-tokens",
+                  "ignore-eos", "logprobs", "sampling-law", "law-tolerance")),
     ("output", ("json-out", "trace", "stream", "warmup", "compile-cache")),
 )
 

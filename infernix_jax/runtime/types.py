@@ -171,7 +171,7 @@ class GenerationRequest:
     if self.ignore_eos and (self.constraint is not None or self.tools is not None):
       from infernix_jax.errors import RequestConflictError
       raise RequestConflictError(
-          "ignore_eos", "ignore_eos cannot be combined with an output constraint or tools: "
+          "ignore_eos", "ignore_eos=True cannot be combined with an output constraint or tools: "
           "once the grammar accepts EOS the output is complete and has no legal "
           "continuation; drop ignore_eos (use min_tokens to forbid an early end)")
     for name in ("thinking_budget", "max_drafts"):

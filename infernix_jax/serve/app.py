@@ -133,10 +133,11 @@ async def _json_body(request: Request) -> Any:
     raise RequestError("body", f"malformed JSON: {getattr(e, 'msg', e)}") from None
 
 
-def _choice(rid: str, index: int, chat: bool, completion, finish: str, top: int | None):
+def _choice(rid: str, index: int, chat: bool, completion, finish: str, top: int | None,
+            piece):
   logprobs = None
-  if top is not None and completion.trace is not None:
-    logprobs = (lp.chat if chat else lp.text)(completion.trace, top)
+  if top is not None and completion.logprobs is not None:
+    logprobs = (lp.chat if chat else lp.text)(completion.logprobs, top, piece)
   if not chat:
     return {"index": index, "text": completion.text, "finish_reason": finish,
             "logprobs": logprobs}
@@ -309,7 +310,8 @@ def create_app(state: ServerState):
                                       _extra_usage(usages[0])))
     out = {"id": rid, "object": "chat.completion" if chat else "text_completion",
            "created": int(time.time()), "model": state.model_id,
-           "choices": [_choice(rid, i, chat, c, r.finish_reason(c), parsed.logprobs)
+           "choices": [_choice(rid, i, chat, c, r.finish_reason(c), parsed.logprobs,
+                               lp.piece_of(llm.vocab))
                        for i, (r, c) in enumerate(zip(runs, results))],
            "usage": _sum_usage(usages)}
     if results[0].trace is not None and body.get("trace") is True:
@@ -402,8 +404,9 @@ async def _stream(state: ServerState, run: rn.Run, rid: str, chat: bool, parsed,
                             "code": completion.result.error_kind}})
       break
     logprobs = None
-    if parsed.logprobs is not None and completion.trace is not None:
-      logprobs = (lp.chat if chat else lp.text)(completion.trace, parsed.logprobs)
+    if parsed.logprobs is not None and completion.logprobs is not None:
+      logprobs = (lp.chat if chat else lp.text)(completion.logprobs, parsed.logprobs,
+                                                lp.piece_of(state.llm.vocab))
     trace = completion.trace if parsed.trace else None
     yield chunk(finish=run.finish_reason(completion), trace=trace, logprobs=logprobs)
     if parsed.include_usage:

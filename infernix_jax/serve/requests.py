@@ -9,8 +9,10 @@ whitespace_pattern) and vLLM's legacy `guided_json` / `guided_regex` / `guided_c
 `law_tolerance`: `LLM.prepare`. `trace: true` asks for the generation trace (the response's
 `trace` field; docs/CONTRACTS.md). Speculative options ride in `speculative: {"drafter":
 NAME, "k": K}`; the server's drafter is fixed at start-up, so a request may lower K (or ask
-for "none") but not switch drafters. Fields in `IGNORED` do not change what is decoded: they
-are accepted and logged at debug; any other unknown field gets a 400.
+for "none") but not switch drafters. vLLM's `repetition_penalty`, `min_tokens` and
+`ignore_eos` have their real meaning (`LLM.prepare`); `logprobs` / `top_logprobs` (up to 20)
+are the engine's exact per-token log-probabilities. Fields in `IGNORED` do not change what is
+decoded: they are accepted and logged at debug; any other unknown field gets a 400.
 """
 
 from __future__ import annotations
@@ -25,15 +27,14 @@ from infernix_jax.api import RequestError
 from infernix_jax.serve import schemas
 
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-             "frequency_penalty")
+             "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos")
 # Accepted and ignored: they steer storage, billing, routing or tracing, not decoding
 # (reasoning_effort is ignored on a model without thinking; on one, see `_thinking`).
 IGNORED = frozenset({"metadata", "store", "user", "service_tier", "prompt_cache_key",
                      "safety_identifier", "verbosity", "modalities", "priority",
                      "reasoning_effort"})
 # vLLM's extras whose default is what this server does; other values need the runtime.
-_VLLM_DEFAULTS = {"repetition_penalty": 1.0, "min_tokens": 0, "ignore_eos": False,
-                  "skip_special_tokens": True, "spaces_between_special_tokens": True}
+_VLLM_DEFAULTS = {"skip_special_tokens": True, "spaces_between_special_tokens": True}
 _GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
            "guided_grammar": "grammar"}
 _COMMON = frozenset(_SAMPLING + (
@@ -47,7 +48,7 @@ TEXT_FIELDS = _COMMON | {"prompt", "suffix", "best_of"}
 _STRUCTURED = ("json", "regex", "choice", "grammar", "json_object")
 _STRUCTURED_FLAGS = ("disable_additional_properties", "lenient", "whitespace_pattern")
 MAX_N = 16  # choices per request (each takes a lane)
-MAX_TOP_LOGPROBS = 5  # what the generation trace keeps per position
+MAX_TOP_LOGPROBS = 20  # alternatives per token (the engine's GenerationRequest.logprobs)
 # reasoning_effort on a thinking model -> thinking_budget (None: unbounded)
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": None}
 
@@ -276,10 +277,14 @@ def _common(body: Mapping, drafter: str, k: int, fields: dict,
                                 ("top_k", int, 0, None), ("min_p", float, 0, 1),
                                 ("seed", int, 0, 2**32 - 1),
                                 ("presence_penalty", float, -2, 2),
-                                ("frequency_penalty", float, -2, 2)):
+                                ("frequency_penalty", float, -2, 2),
+                                ("repetition_penalty", float, 0, None),  # > 0: the request's
+                                ("min_tokens", int, 0, None)):           # rule, with max_tokens
     value = _number(body, name, kind, low, high)
     if value is not None:
       opts[name] = value
+  if body.get("ignore_eos") is not None:
+    opts["ignore_eos"] = _flag(body["ignore_eos"], "ignore_eos")
   stop = body.get("stop")
   if stop is not None:
     if isinstance(stop, str):
@@ -320,7 +325,7 @@ def _extras(body: Mapping, parsed: "ParsedRequest", defaults: Defaults,
     raise RequestError("top_logprobs", "needs logprobs: true")
   parsed.trace = bool(parsed.options.get("trace"))
   if parsed.logprobs is not None:
-    parsed.options["trace"] = True  # the logprobs come from the trace's legal-set top-k
+    parsed.options["logprobs"] = parsed.logprobs  # the engine's exact per-token logprobs
   cap = _number(body, "max_tool_calls", int, 1, None)
   parsed.max_tool_calls = cap if cap is not None else defaults.max_tool_calls
   parsed.ignored = tuple(sorted(IGNORED & set(body)))

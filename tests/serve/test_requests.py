@@ -89,10 +89,13 @@ def test_speculative_options():
     ({"messages": MSG, "n": 2, "stream": True}, "n"),
     ({"messages": MSG, "logprobs": "yes"}, "logprobs"),
     ({"messages": MSG, "top_logprobs": 2}, "top_logprobs"),
-    ({"messages": MSG, "logprobs": True, "top_logprobs": 6}, "top_logprobs"),
-    ({"messages": MSG, "repetition_penalty": 1.2}, "repetition_penalty"),
-    ({"messages": MSG, "min_tokens": 3}, "min_tokens"),
-    ({"messages": MSG, "ignore_eos": True}, "ignore_eos"),
+    ({"messages": MSG, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"messages": MSG, "repetition_penalty": -1}, "repetition_penalty"),
+    ({"messages": MSG, "repetition_penalty": "x"}, "repetition_penalty"),
+    ({"messages": MSG, "min_tokens": -3}, "min_tokens"),
+    ({"messages": MSG, "min_tokens": 1.5}, "min_tokens"),
+    ({"messages": MSG, "ignore_eos": "yes"}, "ignore_eos"),
+    ({"messages": MSG, "skip_special_tokens": False}, "skip_special_tokens"),
     ({"messages": MSG, "chat_template_kwargs": [1]}, "chat_template_kwargs"),
     ({"messages": MSG, "structured_outputs": {"regex": "a", "lenient": True}},
      "structured_outputs.lenient"),
@@ -193,9 +196,15 @@ def test_close_walks_subschemas_and_leaves_composed_objects():
 def test_vllm_and_openai_extras():
   p = chat(metadata={"a": "b"}, store=False, user="u", service_tier="auto",
            prompt_cache_key="k", safety_identifier="s", reasoning_effort="low",
-           verbosity="low", modalities=["text"], repetition_penalty=1.0, min_tokens=0,
-           ignore_eos=False, skip_special_tokens=True)
+           verbosity="low", modalities=["text"], skip_special_tokens=True,
+           spaces_between_special_tokens=True)
   assert p.options == {} and "metadata" in p.ignored and "verbosity" in p.ignored
+  p = chat(repetition_penalty=1.3, min_tokens=4, ignore_eos=True, max_tokens=8)
+  assert p.options == {"repetition_penalty": 1.3, "min_tokens": 4, "ignore_eos": True,
+                       "max_tokens": 8}
+  text = rq.parse_text({"prompt": "a", "repetition_penalty": 0.9, "min_tokens": 2},
+                       drafter="ngram", k=4)
+  assert (text.options["repetition_penalty"], text.options["min_tokens"]) == (0.9, 2)
   p = chat(structured_outputs={"json": PERSON, "whitespace_pattern": None, "lenient": True})
   assert p.options["lenient"] is True and p.field("lenient") == "structured_outputs.lenient"
   assert chat(guided_regex="a+").options == {"regex": "a+"}
@@ -211,10 +220,28 @@ def test_vllm_and_openai_extras():
                     defaults=thinking)
   assert p.options == {"chat_template_kwargs": {"enable_thinking": False}}
   p = chat(n=3, logprobs=True, top_logprobs=2, max_tool_calls=2)
-  assert (p.n, p.logprobs, p.max_tool_calls) == (3, 2, 2) and p.options["trace"] is True
-  assert not p.trace  # the client did not ask for the trace itself
-  text = rq.parse_text({"prompt": "a", "logprobs": 3}, drafter="ngram", k=4)
-  assert text.logprobs == 3
+  assert (p.n, p.logprobs, p.max_tool_calls) == (3, 2, 2) and p.options["logprobs"] == 2
+  assert not p.trace and "trace" not in p.options  # exact logprobs need no trace
+  assert chat(logprobs=True, top_logprobs=20).options["logprobs"] == 20
+  assert chat(logprobs=True).options["logprobs"] == 0
+  text = rq.parse_text({"prompt": "a", "logprobs": 20}, drafter="ngram", k=4)
+  assert text.logprobs == 20 and text.options["logprobs"] == 20
+
+
+def test_logprobs_shapes_from_token_entries():
+  from infernix_jax.runtime.types import TokenLogprob
+  from infernix_jax.serve import logprobs as lp
+  entries = [TokenLogprob(1, -0.5, ((1, -0.5), (2, -1.5))), TokenLogprob(3, 0.0),
+             TokenLogprob(2, float("-inf"))]
+  piece = {1: "a", 2: "bc", 3: "é"}.get
+  out = lp.chat(entries, 1, piece)["content"]
+  assert [x["token"] for x in out] == ["a", "é", "bc"]
+  assert [x["logprob"] for x in out] == [-0.5, 0.0, lp.UNLIKELY]
+  assert out[0]["top_logprobs"] == [{"token": "a", "logprob": -0.5, "bytes": [97]}]
+  assert out[1]["bytes"] == list("é".encode()) and out[1]["top_logprobs"] == []
+  text = lp.text(entries, 2, piece)
+  assert text["text_offset"] == [0, 1, 2] and text["top_logprobs"][0] == {"a": -0.5,
+                                                                           "bc": -1.5}
 
 
 def test_responses_bodies_become_chat_bodies():
@@ -251,3 +278,45 @@ def test_responses_bodies_become_chat_bodies():
   assert rs.field("messages[0].content") == "input[0].content"
   assert rs.field("response_format.json_schema.schema") == "text.format.schema"
   assert rs.field("max_tokens") == "max_output_tokens"
+
+
+def test_tiny_server_exact_logprobs_and_vllm_fields():
+  """/v1/completions on the tiny target: min_tokens, repetition_penalty and logprobs reach
+  the engine (logprobs are the engine's exact entries, alternatives most probable first);
+  ignore_eos with a constraint and min_tokens above max_tokens are 400s naming the field."""
+  pytest.importorskip("starlette.testclient")
+  from starlette.testclient import TestClient
+
+  from infernix_jax import LLM
+  from infernix_jax.runtime.build import EngineSpec, Target
+  from infernix_jax.serve.app import ServerState, create_app
+  from infernix_jax.serve.scheduler import Scheduler
+  from infernix_jax.testing import exact_oracle as h
+
+  class Tok:
+    def decode(self, ids):
+      return " ".join(map(str, ids))
+
+  cfg, model = h.tiny_model()
+  target = Target(cfg=cfg, model=model, vocab=h.toy_vocab(), tokenizer=Tok(), source="tiny",
+                  name="tiny")
+  llm = LLM.from_spec(EngineSpec(layout="stacked", lanes=2, capacity=32, drafter="ngram",
+                                 drafter_options={"k": 2}), target=target)
+  state = ServerState("tiny")
+  scheduler = Scheduler(llm.engine).start()
+  state.ready(llm, scheduler)
+  client = TestClient(create_app(state))
+  body = {"model": "tiny", "prompt": [1, 1, 2, 1], "max_tokens": 4, "temperature": 1.0}
+  try:
+    out = client.post("/v1/completions", json=dict(body, logprobs=3, min_tokens=4,
+                                                    repetition_penalty=1.3)).json()
+    lps = out["choices"][0]["logprobs"]
+    assert len(lps["tokens"]) == 4 and out["usage"]["completion_tokens"] == 4
+    for lp, top in zip(lps["token_logprobs"], lps["top_logprobs"]):
+      assert lp < 0 and len(top) == 3 and list(top.values()) == sorted(top.values())[::-1]
+    for extra, param in (({"ignore_eos": True, "guided_choice": ["ab"]}, "ignore_eos"),
+                         ({"min_tokens": 5}, "min_tokens")):
+      r = client.post("/v1/completions", json=dict(body, **extra))
+      assert r.status_code == 400 and r.json()["error"]["param"] == param
+  finally:
+    scheduler.stop()
