@@ -89,7 +89,9 @@ flags.DEFINE_string("json-schema", None, "Constrain the output to this JSON Sche
                     "inline (JSON text).")
 flags.DEFINE_boolean("lenient", False, "JSON Schema: drop unsupported assertion keywords "
                      "(listed on stderr with their JSON Pointers) instead of rejecting the "
-                     "schema; the output is not guaranteed to satisfy them.")
+                     "schema; the output is not guaranteed to satisfy them. With serve: the "
+                     "default of requests that do not set structured_outputs.lenient (dropped "
+                     "keywords reported in usage; otherwise such schemas get a 400).")
 flags.DEFINE_boolean("json-object", False, "Constrain the output to a JSON object.")
 flags.DEFINE_string("grammar-file", None, "Constrain the output to this GBNF grammar (root).")
 flags.DEFINE_string("regex", None, "Constrain the output to match this regex (whole output).")

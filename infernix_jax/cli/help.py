@@ -30,7 +30,9 @@ TRACE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # `serve`: the server's own flags, then the model and drafting flags it shares with generate.
 SERVE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("server", ("host", "port", "lanes", "capacity", "served-model-name")),
+    ("server", ("host", "port", "lanes", "capacity", "served-model-name", "api-key",
+                "max-body-bytes", "max-queued", "request-timeout", "drain-seconds")),
+    ("requests", ("strict", "lenient", "max-tool-calls")),
     ("model", ("model", "dtype", "layout", "weights")),
     ("drafting", ("drafter", "k", "drafter-opt", "plugin", "jump-forward", "masked-q",
                   "bridge", "backend")),
@@ -42,7 +44,8 @@ INTROS = {
                  "Schema-constrained reply of the embedded SmolLM2 with n-gram + jump-forward "
                  "drafting)."),
     "serve": ("An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
-              "/v1/models, /health) on one engine shared by every connection; output "
+              "/v1/responses, /v1/models, /health, /metrics) on one engine shared by every "
+              "connection; output "
               "constraints, tools, sampling and speculative options are per request."),
     "trace": ("Draws generation traces (generate --trace FILE) as one self-contained HTML "
               "page: each token coloured by origin, a hover panel with the round's drafts, "

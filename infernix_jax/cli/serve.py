@@ -29,9 +29,6 @@ flags.DEFINE_string("served-model-name", None, "The model id clients pass as 'mo
 flags.DEFINE_boolean("strict", True, "json_schema objects are closed (no properties beyond "
                      "those listed) unless a request says strict: false; --nostrict keeps "
                      "JSON Schema's open default unless a request says strict: true.")
-flags.DEFINE_boolean("lenient", False, "Drop JSON Schema keywords no backend enforces (and "
-                     "report them in usage) unless a request says structured_outputs.lenient: "
-                     "false; by default such schemas get a 400.")
 flags.DEFINE_integer("max-tool-calls", None, "Complete tool calls kept per turn when a "
                      "request sets no max_tool_calls (default: no cap).")
 flags.DEFINE_string("api-key", None, "Bearer key every /v1 route needs (default: the "
@@ -45,7 +42,8 @@ flags.DEFINE_float("request-timeout", None, "Seconds a request may take before i
 flags.DEFINE_float("drain-seconds", 30.0, "On SIGTERM, how long running requests may finish "
                    "before the server exits.")
 
-SERVE_FLAGS = ("host", "port", "lanes", "capacity", "served-model-name", "strict", "lenient",
+# The server's own flags (--lenient, generate's, is the requests' default for serve).
+SERVE_FLAGS = ("host", "port", "lanes", "capacity", "served-model-name", "strict",
                "max-tool-calls", "api-key", "max-body-bytes", "max-queued", "request-timeout",
                "drain-seconds")
 
