@@ -118,10 +118,15 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
     lines += [f"Report: [{rel(summary)}]({rel(summary)}) · config `{arg}` · "
               f"`{command}` · published {_published_on(root, summary)} at git {revision}"
               + ("" if run_dir.exists() else " · run directory not committed"), ""]
-    pages = sorted((summary.parent / "traces").glob("*.html"))
+    pages = sorted((summary.parent / "traces").glob("*.html"))  # NNN-<cell>.html
     if pages:
-      lines += ["Per-token trace pages: " + " · ".join(
-          f"[{p.stem.split('-', 1)[-1]}]({rel(p)})" for p in pages), ""]
+      cells: dict[str, list[Path]] = {}
+      for page in pages:
+        cells.setdefault(page.stem.split("-", 1)[-1], []).append(page)
+      lines += ["Per-token trace pages, by cell: " + "; ".join(
+          f"{cell.replace('-', ' ')}: " + " · ".join(f"[{i + 1}]({rel(page)})"
+                                                   for i, page in enumerate(group))
+          for cell, group in cells.items()), ""]
     for alt, png in _PLOT.findall(summary.read_text()):
       if (summary.parent / png).exists():
         lines += [f"![{alt}]({rel(summary.parent / png)})", ""]

@@ -360,10 +360,13 @@ def _trace_pages(records, ov, out: Path) -> list[str]:
     return []
   rows = []
   for n, r in enumerate(kept):
-    cell = label(ov.get(r["cell"], r.get("overrides", {})))
+    facts = trace_page.summary(r["trace"])
+    rest = {k: v for k, v in ov.get(r["cell"], r.get("overrides", {})).items()
+            if not k.startswith("drafter.")}  # the trace names the drafter (with jump-forward)
+    cell = " ".join(x for x in (f"{facts['drafter']} K={facts['k']}", label(rest))
+                    if x != "base")
     name = f"{TRACES}/{n:03d}-{_slug(cell)}.html"
     trace_page.write([r["trace"]], out / name, title=f"{cell}: {r['item']}")
-    facts = trace_page.summary(r["trace"])
     origins = ", ".join(f"{k} {v}" for k, v in sorted(facts["origins"].items()))
     rows.append([f"[{cell}]({name})", r["item"], f"{facts['accepted_length']:.2f}",
                  facts["tokens"], origins])

@@ -274,7 +274,7 @@ def build_engine(spec: EngineSpec, *, target: Target | None = None,
   compile_cache.enable(spec.compile_cache)
   if target is None:
     target = load_target(spec)
-  compiler = compiler or ic.ConstraintCompiler(target.vocab)
+  compiler = compiler if compiler is not None else ic.ConstraintCompiler(target.vocab)
 
   def load_model(path):
     cfg, model, _ = im.load_model(path, dtype=spec.dtype, layout=spec.resolved_layout,

@@ -36,6 +36,10 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   d = runner.run(c, results_dir=str(tmp_path / "results"), publish=True, stream=io.StringIO())
   shutil.copytree(d, tmp_path / "docs/results/exactness/run")
   (tmp_path / "docs/results/kernels.md").write_text("# Kernel benchmark\n\nnumbers\n")
+  traces = tmp_path / "docs/results/exactness/traces"  # a study's trace pages, by cell
+  traces.mkdir()
+  for name in ("000-ngram-K-4.html", "001-ngram-K-4.html", "002-jump-K-4.html"):
+    (traces / name).write_text("<html></html>")
   out = index.build(root=tmp_path)
   page = out.read_text()
   assert out == tmp_path / "docs/results/README.md"
@@ -48,6 +52,9 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   assert pngs and all(f"(exactness/{name})" in page for name in pngs)
   assert "## Not published yet" in page and "`configs/faithful.py`" in page
   assert "- [Kernel benchmark](kernels.md)" in page
+  assert ("Per-token trace pages, by cell: ngram K 4: [1](exactness/traces/000-ngram-K-4.html) "
+          "· [2](exactness/traces/001-ngram-K-4.html); jump K 4: "
+          "[1](exactness/traces/002-jump-K-4.html)") in page
 
 
 def test_every_published_study_has_a_headline_from_its_run(tmp_path):
