@@ -5,28 +5,13 @@ the published figures."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from experiments.jsb_repro import paper
 from experiments.studies import jsonschemabench as jsb
-from tests.experiments import _configs
+from tests.experiments import _configs, _tables
 
-INTERVAL = re.compile(r"^(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]$")
-
-
-def _bracketed(text: str) -> tuple[float, float, float]:
-  m = INTERVAL.match(text.strip())
-  assert m, f"{text!r} is not 'x [lo, hi]'"
-  point, low, high = map(float, m.groups())
-  assert low <= point <= high, text
-  return point, low, high
-
-
-def _row(text: str, start: str) -> list[str]:
-  line = next(l for l in text.splitlines() if l.startswith(start))
-  return [x.strip() for x in line.strip("|").split("|")]
+_bracketed, _row = _tables.bracketed, _tables.row
 
 
 def _schema(subset, backend, i, covered, valid=(2, 2), invalid=(2, 2)):

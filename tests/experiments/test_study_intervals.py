@@ -5,7 +5,6 @@ from the two sides of the same prompt (or item)."""
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -13,23 +12,9 @@ import pytest
 from experiments.runner import plots, stats
 from experiments.studies import classification, decode, exactness, faithful
 from experiments.studies import faithful_acceptance, faithful_classification, trie
-from tests.experiments import _configs
+from tests.experiments import _configs, _tables
 
-INTERVAL = re.compile(r"^(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]$")
-
-
-def _bracketed(text: str) -> tuple[float, float, float]:
-  """(point, low, high) of an 'x [lo, hi]' cell, checked to bracket its point."""
-  m = INTERVAL.match(text.strip())
-  assert m, f"{text!r} is not 'x [lo, hi]'"
-  point, low, high = map(float, m.groups())
-  assert low <= point <= high, text
-  return point, low, high
-
-
-def _row(text: str, start: str) -> list[str]:
-  line = next(l for l in text.splitlines() if l.startswith(start))
-  return [x.strip() for x in line.strip("|").split("|")]
+_bracketed, _row = _tables.bracketed, _tables.row
 
 
 # --- plots ---------------------------------------------------------------------------------
