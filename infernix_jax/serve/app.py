@@ -265,8 +265,8 @@ def create_app(state: ServerState):
     for r in runs:
       r.start()
     if parsed.stream:
-      stream = (_responses_stream if kind == "responses" else _stream)(
-          state, runs[0], rid, chat, parsed, dropped, body)
+      stream = (_responses_stream(state, runs[0], rid, chat, parsed, dropped, body)
+                if kind == "responses" else _stream(state, runs, rid, chat, parsed, dropped, body))
 
       async def tracked():
         status = 200
@@ -357,61 +357,91 @@ def _timeout_message(state) -> str:
           f"(--request-timeout)")
 
 
-async def _stream(state: ServerState, run: rn.Run, rid: str, chat: bool, parsed, dropped,
+async def _stream(state: ServerState, runs: list, rid: str, chat: bool, parsed, dropped,
                   body):
-  """Server-sent events of one chat or text run; the run is cancelled if the client leaves."""
+  """Server-sent events of a chat or text request's runs (one per choice, `n` of them,
+  interleaved as they decode, each chunk naming its choice index); usage, when asked, sums
+  the choices; the runs are cancelled if the client leaves."""
   del body
   created = int(time.time())
   obj = "chat.completion.chunk" if chat else "text_completion"
 
-  def chunk(delta: dict | None = None, finish: str | None = None, text: str | None = None,
-            trace: dict | None = None, logprobs: dict | None = None):
+  def chunk(index: int, delta: dict | None = None, finish: str | None = None,
+            text: str | None = None, trace: dict | None = None, logprobs: dict | None = None):
     if chat:
-      choice = {"index": 0, "delta": delta or {}, "finish_reason": finish,
+      choice = {"index": index, "delta": delta or {}, "finish_reason": finish,
                 "logprobs": logprobs}
     else:
-      choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
+      choice = {"index": index, "text": text or "", "finish_reason": finish,
+                "logprobs": logprobs}
     out = {"id": rid, "object": obj, "created": created, "model": state.model_id,
            "choices": [choice]}
     if trace is not None:
       out["trace"] = trace
     return _sse(out)
 
+  merged: asyncio.Queue = asyncio.Queue()
+
+  async def pump(i: int, run: rn.Run) -> None:
+    try:
+      async for item in rn.decoded(run, chat=chat):
+        await merged.put((i, item))
+    finally:
+      await merged.put((i, None))
+
   if chat:
-    yield chunk({"role": "assistant", "content": ""})
-  async for item in rn.decoded(run, chat=chat):
-    if isinstance(item, rn.Delta):
-      if item.kind == "content":
-        yield chunk({"content": item.text}) if chat else chunk(text=item.text)
-      elif item.kind == "reasoning":
-        yield chunk({"reasoning_content": item.text})
-      elif item.kind == "call_start":
-        yield chunk({"tool_calls": [{"index": item.index, "id": f"call_{rid}_{item.index}",
-                                     "type": "function",
-                                     "function": {"name": item.text, "arguments": ""}}]})
-      elif item.kind == "call_delta":
-        yield chunk({"tool_calls": [{"index": item.index,
-                                     "function": {"arguments": item.text}}]})
-      continue
-    completion = run.completion = item
-    if run.timed_out and not run.capped:
-      yield _sse({"error": {"message": _timeout_message(state), "type": "server_error",
-                            "param": None, "code": "timeout"}})
-      break
-    if completion.finish_reason in ("error", "cancelled"):
-      yield _sse({"error": {"message": f"generation failed: {completion.error}",
-                            "type": "server_error", "param": None,
-                            "code": completion.result.error_kind}})
-      break
-    logprobs = None
-    if parsed.logprobs is not None and completion.logprobs is not None:
-      logprobs = (lp.chat if chat else lp.text)(completion.logprobs, parsed.logprobs,
-                                                lp.piece_of(state.llm.vocab))
-    trace = completion.trace if parsed.trace else None
-    yield chunk(finish=run.finish_reason(completion), trace=trace, logprobs=logprobs)
-    if parsed.include_usage:
-      yield _sse({"id": rid, "object": obj, "created": created, "model": state.model_id,
-                  "choices": [], "usage": _usage(state, completion, dropped)})
+    for i in range(len(runs)):
+      yield chunk(i, {"role": "assistant", "content": ""})
+  pumps = [asyncio.create_task(pump(i, run)) for i, run in enumerate(runs)]
+  completions, running = {}, len(runs)
+  try:
+    while running:
+      i, item = await merged.get()
+      run = runs[i]
+      if item is None:
+        running -= 1
+        continue
+      if isinstance(item, rn.Delta):
+        if item.kind == "content":
+          yield chunk(i, {"content": item.text}) if chat else chunk(i, text=item.text)
+        elif item.kind == "reasoning":
+          yield chunk(i, {"reasoning_content": item.text})
+        elif item.kind == "call_start":
+          yield chunk(i, {"tool_calls": [{"index": item.index,
+                                          "id": f"call_{rid}_{i}_{item.index}",
+                                          "type": "function",
+                                          "function": {"name": item.text, "arguments": ""}}]})
+        elif item.kind == "call_delta":
+          yield chunk(i, {"tool_calls": [{"index": item.index,
+                                          "function": {"arguments": item.text}}]})
+        continue
+      completion = run.completion = item
+      if run.timed_out and not run.capped:
+        yield _sse({"error": {"message": _timeout_message(state), "type": "server_error",
+                              "param": None, "code": "timeout"}})
+        break
+      if completion.finish_reason in ("error", "cancelled"):
+        yield _sse({"error": {"message": f"generation failed: {completion.error}",
+                              "type": "server_error", "param": None,
+                              "code": completion.result.error_kind}})
+        break
+      logprobs = None
+      if parsed.logprobs is not None and completion.logprobs is not None:
+        logprobs = (lp.chat if chat else lp.text)(completion.logprobs, parsed.logprobs,
+                                                  lp.piece_of(state.llm.vocab))
+      trace = completion.trace if parsed.trace and i == 0 else None
+      yield chunk(i, finish=run.finish_reason(completion), trace=trace, logprobs=logprobs)
+      completions[i] = completion
+    else:
+      if parsed.include_usage:
+        usage = _sum_usage([_usage(state, completions[i], dropped) for i in sorted(completions)])
+        yield _sse({"id": rid, "object": obj, "created": created, "model": state.model_id,
+                    "choices": [], "usage": usage})
+  finally:
+    for task in pumps:
+      task.cancel()
+    for run in runs:
+      run.cancel()  # a no-op once done; otherwise the client left or another choice failed
   yield _sse("[DONE]")
 
 

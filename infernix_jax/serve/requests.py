@@ -312,8 +312,6 @@ def _extras(body: Mapping, parsed: "ParsedRequest", defaults: Defaults,
             logprobs_field: str) -> "ParsedRequest":
   """n, logprobs, max_tool_calls and the ignored fields onto `parsed`."""
   parsed.n = _number(body, "n", int, 1, MAX_N) or 1
-  if parsed.stream and parsed.n > 1:
-    raise RequestError("n", "n > 1 is not streamed by this server; ask without stream")
   top = _number(body, "top_logprobs", int, 0, MAX_TOP_LOGPROBS)
   want = body.get(logprobs_field)
   if logprobs_field == "logprobs" and parsed.options.get("chat") is False:

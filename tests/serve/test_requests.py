@@ -86,7 +86,6 @@ def test_speculative_options():
     ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
     ({"messages": MSG, "max_tokens": 1.5}, "max_tokens"),
     ({"messages": MSG, "n": 17}, "n"),
-    ({"messages": MSG, "n": 2, "stream": True}, "n"),
     ({"messages": MSG, "logprobs": "yes"}, "logprobs"),
     ({"messages": MSG, "top_logprobs": 2}, "top_logprobs"),
     ({"messages": MSG, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),

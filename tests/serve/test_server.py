@@ -341,6 +341,21 @@ def test_model_card_n_and_logprobs(live, client):
   text = client.completions.create(model="smollm2", prompt="The sky is", max_tokens=4,
                                    temperature=0, logprobs=2)
   assert len(text.choices[0].logprobs.tokens) == text.usage.completion_tokens
+  # n = 2 streamed: chunks name their choice; each choice reassembles to the non-streamed one
+  # (seeds seed, seed + 1 on both), and the usage sums the choices.
+  kwargs = dict(model="smollm2", max_tokens=6, temperature=1.0, seed=7, n=2,
+                messages=[{"role": "user", "content": "Name a colour."}])
+  plain = client.chat.completions.create(**kwargs)
+  texts, finished, usage = {0: "", 1: ""}, set(), None
+  for ch in client.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                           **kwargs):
+    for c in ch.choices:
+      texts[c.index] += c.delta.content or ""
+      if c.finish_reason:
+        finished.add(c.index)
+    usage = ch.usage or usage
+  assert [texts[0], texts[1]] == [c.message.content for c in plain.choices]
+  assert finished == {0, 1} and usage.completion_tokens == plain.usage.completion_tokens
 
 
 def test_schema_fallback_and_lenient(live):
