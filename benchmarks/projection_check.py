@@ -119,6 +119,15 @@ def main() -> int:
               f"{r['projected_ms']:.2f} | {r['measured_ms'] / r['projected_ms']:.2f} | "
               f"{r['measured_over_decode']:.2f} | {r['projected_over_decode']:.2f} |"
               for r in rows]
+    over = [r["measured_over_decode"] / r["projected_over_decode"] for r in rows
+            if r["positions"] > 1]
+    if over:
+      lines += ["", f"Over all verify rows, measured t(P)/t(1) is x{min(over):.2f}-"
+                f"{max(over):.2f} the projected one: a projected speedup on this device is "
+                "off by about that factor (above 1: the projection is optimistic, the verify "
+                "costing more than its roofline says; below 1: pessimistic). The acceptance "
+                "studies' columns project onto an H200 and a TPU v5e, whose check is "
+                "`scripts/gpu_check.sh` on such a device."]
     REPORT.write_text("\n".join(lines) + "\n")
     print(f"wrote {REPORT}")
   return 0

@@ -481,8 +481,10 @@ def summarize(records, c, out: Path) -> str:
               "context; the drafter's device work by kind (n-gram and jump-forward none, MTP K "
               "steps of one layer + head, DFlash one pass of 2 layers + head over K). The "
               "interval carries the accepted length's; the model, not a measurement "
-              "(`experiments/runner/projection.py` states its assumptions). No accelerator "
-              "was at hand to check it against.", "",
+              "(`experiments/runner/projection.py` states its assumptions; "
+              "`benchmarks/projection_check.py` compares its step times with measured ones, "
+              "`docs/results/projection_check.md` on this CPU; `scripts/gpu_check.sh` runs "
+              "it on a GPU, none lent yet).", "",
               plots.table(["cell", *[f"{hw.name} {shape.name}" for hw, shape
                                      in projection.columns()]], projected), ""]
   effects = _effects(cells, ov, by_cell)
