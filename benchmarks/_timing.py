@@ -1,9 +1,12 @@
-"""Timing pieces the benchmarks share: medians of repeated calls, the GEMV bandwidth."""
+"""Pieces the benchmarks share: medians of repeated calls, the GEMV bandwidth, the machine's
+description."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from pathlib import Path
 
 GEMV_SHAPE = (8192, 13824)  # f32: 453 MB, far above every cache
 
@@ -28,3 +31,16 @@ def gemv_bandwidth(repeats: int) -> float:
   x = jnp.ones((GEMV_SHAPE[1],), jnp.float32)
   gemv = jax.jit(lambda a, x: a @ x)
   return a.nbytes / median_ms(lambda: gemv(a, x).block_until_ready(), repeats, warmup=1) * 1e3
+
+
+def machine() -> str:
+  """'<CPU model>, <n> logical cores' (from /proc/cpuinfo where there is one)."""
+  model = "unknown CPU"
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        model = line.split(":", 1)[1].strip()
+        break
+  except OSError:
+    pass
+  return f"{model}, {os.cpu_count()} logical cores"

@@ -29,17 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 
-
-def _machine() -> str:
-  model = "unknown CPU"
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        model = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  return f"{model}, {os.cpu_count()} logical cores"
+import _timing  # noqa: E402  (the benchmarks folder is the script's path)
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -147,9 +137,10 @@ def write(rows: list[dict], args, load_seconds: float) -> None:
                  f"{r['p99']:.2f} | {r['tps']:.1f} | {r['accepted']:.2f} |")
   lines += [
       "",
-      f"Machine: {_machine()}; JAX {jax.__version__} on {jax.devices()[0].platform}; Python "
-      f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the end (the "
-      f"machine was shared). Model load and warm-up: {load_seconds:.0f} s.",
+      f"Machine: {_timing.machine()}; JAX {jax.__version__} on "
+      f"{jax.devices()[0].platform}; Python {platform.python_version()}; load average "
+      f"{os.getloadavg()[0]:.1f} at the end (the run's own clients and server included). "
+      f"Model load and warm-up: {load_seconds:.0f} s.",
       f"Run on {datetime.date.today().isoformat()}.",
       "",
       "Command: `.venv/bin/python benchmarks/serve_load.py "

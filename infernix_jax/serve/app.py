@@ -314,7 +314,7 @@ def create_app(state: ServerState):
                                lp.piece_of(llm.vocab))
                        for i, (r, c) in enumerate(zip(runs, results))],
            "usage": _sum_usage(usages)}
-    if results[0].trace is not None and body.get("trace") is True:
+    if parsed.trace and results[0].trace is not None:
       out["trace"] = results[0].trace
     return JSONResponse(out)
 

@@ -99,7 +99,7 @@ class ParsedRequest:
   logprobs: int | None = None
   max_tool_calls: int | None = None
   ignored: tuple = ()
-  trace: bool = False  # the client asked for the trace (logprobs record one too)
+  trace: bool = False  # the client asked for the trace
 
   def field(self, option: str) -> str:
     """The body field of an `LLM.prepare` option (the option's own name when not mapped)."""
