@@ -4,6 +4,7 @@ on the embedded SmolLM2 (study "decode").
   python -m experiments.run --config=configs/acceptance.py            main grid
   python -m experiments.run --config=configs/acceptance.py:k          K sweep
   python -m experiments.run --config=configs/acceptance.py:backend    constraint backends
+  python -m experiments.run --config=configs/acceptance.py:trees      token trees vs chains
   python -m experiments.run --config=configs/acceptance.py:smoke      tiny random target (CI)
 
 Workload items come from the validation split of the trained drafters' prompt mix where the
@@ -13,7 +14,7 @@ ids line up (JSON schemas, BFCL questions), so no drafter saw them in training.
 import ml_collections
 
 # get_config's variants ("": the default)
-VARIANTS = ("", "k", "backend", "flagship", "traces", "smoke")
+VARIANTS = ("", "k", "backend", "trees", "flagship", "traces", "smoke")
 
 
 def base() -> ml_collections.ConfigDict:
@@ -86,6 +87,20 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     g.drafter = ml_collections.ConfigDict()
     g.drafter.name = ("ngram", "mtp")
     g.backend = ("xgrammar", "llguidance")
+  elif variant == "trees":
+    c.publish_dir = "docs/results/acceptance_trees"
+    c.title = "Acceptance under constraints: token trees against chains"
+    c.question = (
+        "At an equal verify budget (a chain of 7 drafts or a tree of 7 nodes), how much "
+        "longer are the accepted paths of token trees under a grammar?")
+    c.drafter.jump_forward = True
+    c.drafter.options = {"k": 7, "tree": False}
+    g.drafter = ml_collections.ConfigDict()
+    g.drafter.name = ("ngram", "suffix")
+    g.drafter.options = ml_collections.ConfigDict()
+    g.drafter.options.tree = (False, True)
+    g.constrained = (True, False)
+    g.temperature = (0.0, 0.7)
   elif variant == "flagship":
     # The full acceptance table: every drafter with a shipped draft model, each axis, each
     # K, cells sized to +-0.05 on accepted length (or 96 requests). Hours on a CPU: shard it
@@ -95,11 +110,13 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.target_width = 0.1
     c.max_units = 96
     c.per_workload = 8
+    c.drafter.options = {"k": 4, "tree": False}
     g.drafter = ml_collections.ConfigDict()
-    g.drafter.name = ("none", "ngram", "mtp", "dflash", "dflash2")
+    g.drafter.name = ("none", "ngram", "suffix", "mtp", "dflash", "dflash2")
     g.drafter.jump_forward = (False, True)
     g.drafter.options = ml_collections.ConfigDict()
     g.drafter.options.k = (2, 4, 8)
+    g.drafter.options.tree = (False, True)  # skipped for drafters that propose chains only
     g.masked_q = (True, False)
     g.constrained = (True, False)
     g.temperature = (0.0, 0.7)

@@ -228,7 +228,7 @@ class LLM:
               logprobs: int | None = None,
               stop: Sequence[str] | str | None = None, thinking_budget: int | None = None,
               on_token: Callable | None = None, request_id: str = "",
-              max_drafts: int | None = None,
+              max_drafts: int | None = None, draft_history: str | None = "auto",
               sampling_law: str = "local", law_tolerance: float = 0.0,
               trace: bool = False,
               chat_template_kwargs: Mapping[str, Any] | None = None) -> PreparedRequest:
@@ -261,7 +261,9 @@ class LLM:
       on_token: a `runtime.TokenEvent` callback (streaming).
       request_id: the engine's id for the request (default: a fresh one).
       max_drafts: the most drafts a round may take for this request (None: the drafter's K;
-        0: ordinary decoding).
+        0: ordinary decoding; a tree drafter's depth).
+      draft_history: the shared output history a history drafter (`suffix`) reads and adds
+        to: "auto" (by the constraint or the tools), a name, or None (kept out).
       sampling_law: "local" (the target renormalized over the legal tokens at each position)
         or "exact-finite" (μ*(y) ∝ p_T(y)·[y valid] over the constraint's whole outputs, for
         a finite constraint, where p_T(y) is the product of the per-token tempered
@@ -321,6 +323,7 @@ class LLM:
                                 stop=tuple(stop or ()), on_token=on_token,
                                 thinking_budget=thinking_budget, backend=backend,
                                 request_id=request_id, max_drafts=max_drafts,
+                                draft_history=draft_history,
                                 sampling_law=sampling_law, law_tolerance=law_tolerance,
                                 trace=trace, min_tokens=min_tokens, ignore_eos=ignore_eos,
                                 logprobs=logprobs)

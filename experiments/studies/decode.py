@@ -206,6 +206,8 @@ def label(ov: dict) -> str:
                     ("backend", ""), ("bridge", ""), ("lanes", "lanes ")):
     if key in ov:
       parts.append(f"{name}{ov[key]}" if name else str(ov[key]))
+  if "drafter.options.tree" in ov:
+    parts.append("tree" if ov["drafter.options.tree"] else "chain")
   if "masked_q" in ov:
     parts.append("masked q" if ov["masked_q"] else "plain q")
   if "constrained" in ov:
@@ -522,7 +524,11 @@ def samples(c) -> bool:
 
 
 def skip(c) -> str | None:
-  """Cells that repeat another: masked q off differs only where a sampled q meets a mask."""
+  """Cells that repeat another: masked q off differs only where a sampled q meets a mask; a
+  tree asked of a drafter that proposes chains only is its chain cell."""
+  from infernix_jax.runtime import drafters
   if not c.masked_q and not (samples(c) and c.constrained and c.temperature > 0):
     return "masked q changes nothing here (one-hot q, greedy, or no constraint)"
+  if c.drafter.options.get("tree") and "tree" not in drafters.fields(c.drafter.name):
+    return f"drafter {c.drafter.name!r} proposes chains only (no tree option)"
   return None

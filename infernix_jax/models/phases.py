@@ -96,8 +96,9 @@ def decode(graphdef, state, cache: KVCache, tokens, span: int | None = None):
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps", "span"),
                    donate_argnums=(2,))
 def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None = None,
-           span: int | None = None):
-  """Scores P tokens per row ([anchor, d1..dK]) at each row's own offset.
+           span: int | None = None, tree=None):
+  """Scores P tokens per row ([anchor, d1..dK], or the nodes of a token tree) at each row's
+  own offset.
 
   Keys/values are written at positions lengths[b] .. lengths[b] + P - 1 but lengths stay
   unchanged: the engine commits the accepted prefix with `cache.with_lengths(...)`.
@@ -107,6 +108,9 @@ def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None
     taps: layers whose outputs form `hidden` (drafter features); None: the last layer.
     span: attend over the first `span` cache positions only (every row's length + P must
       fit); None: the whole capacity. Static: one compile per value.
+    tree: None (a sequence) or (depth i32[B, P], ancestors bool[B, P, P]): the tokens are
+      the nodes of a token tree, as in `tree_verify` (node t at position lengths[b] +
+      depth[b, t], K/V in slot lengths[b] + t).
 
   Returns:
     (logits f32[B, P, Vm], hidden [B, P, D] (D * len(taps) with taps) before the final
@@ -114,9 +118,10 @@ def verify(graphdef, state, cache: KVCache, tokens, taps: tuple[int, ...] | None
   """
   model = nnx.merge(graphdef, state)
   if taps is None:
-    hidden, cache = model(tokens, cache, span=span)
+    hidden, cache = model(tokens, cache, span=span, tree=tree)
     return model.logits(hidden), hidden, cache
-  both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1), span=span)
+  both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1), span=span,
+                      tree=tree)
   d = model.cfg.dim
   return model.logits(both[..., -d:]), both[..., :-d], cache
 

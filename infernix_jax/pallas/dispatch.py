@@ -12,6 +12,7 @@ import jax
 
 from infernix_jax.pallas import masked_sample as _ms
 from infernix_jax.pallas import spec_accept as _sa
+from infernix_jax.pallas import tree_accept as _ta
 from infernix_jax.pallas._types import PURPOSE_SAMPLE, SamplingParams
 
 _IMPLS = ("auto", "kernel", "reference", "interpret")
@@ -58,4 +59,22 @@ def spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
                                      purpose=purpose)
   return _sa.spec_accept_kernel(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
                                 seed, position, vocab_size=vocab_size, purpose=purpose,
+                                interpret=impl == "interpret")
+
+
+def tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q, params, seed,
+                position, *, vocab_size: int, purpose: int = PURPOSE_SAMPLE,
+                impl: str | None = None) -> _ta.TreeResult:
+  """Speculative acceptance over a token tree (see ``tree_accept_reference`` for the math).
+
+  Returns:
+    TreeResult(accepted i32[B], path i32[B, T], tokens i32[B, T], flags i32[B]).
+  """
+  impl = resolve_impl(impl)
+  if impl == "reference":
+    return _ta.tree_accept_reference(logits, mask, mask_enabled, states, tokens, parents,
+                                     n_nodes, q, params, seed, position, vocab_size=vocab_size,
+                                     purpose=purpose)
+  return _ta.tree_accept_kernel(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q,
+                                params, seed, position, vocab_size=vocab_size, purpose=purpose,
                                 interpret=impl == "interpret")

@@ -1,7 +1,8 @@
 """Speculative acceptance under packed grammar masks (rejection sampling of arXiv 2211.17192).
 
 Axis letters: B rows, K drafts, P = K + 1 positions, Vm logits width, V vocabulary,
-W = ceil(V / 32) mask words, J = 16 sparse candidates.
+W = ceil(V / 32) mask words, J = 16 sparse candidates. A token tree (several candidates per
+position) is ``tree_accept``; this chain is its special case, token for token.
 """
 
 from __future__ import annotations

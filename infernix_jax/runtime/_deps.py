@@ -6,11 +6,20 @@ If a dependency's API drifts from docs/CONTRACTS.md, only this file changes.
 from __future__ import annotations
 
 
-def verify(graphdef, state, cache, tokens, span=None):
+def verify(graphdef, state, cache, tokens, span=None, tree=None):
   """Target verify over tokens [B, P] at each row's cache length, attending over the first
-  `span` cache positions (None: all) -> (logits, hidden, cache)."""
+  `span` cache positions (None: all); `tree` = (depth, ancestors) scores a token tree's
+  nodes instead of a sequence -> (logits, hidden, cache)."""
   from infernix_jax import models as im
-  return im.verify(graphdef, state, cache, tokens, span=span)
+  return im.verify(graphdef, state, cache, tokens, span=span, tree=tree)
+
+
+def tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes, params, seed,
+                position, vocab_size):
+  """pallas tree_accept (one-hot q: tree drafters choose their nodes deterministically)."""
+  from infernix_jax import pallas as ip
+  return ip.tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes,
+                        ip.OneHotQ(), params, seed, position, vocab_size=vocab_size)
 
 
 def prefill(graphdef, state, cache, tokens, lengths):

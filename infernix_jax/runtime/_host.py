@@ -223,9 +223,7 @@ class HostState:
     drafts = np.ascontiguousarray(drafts, np.int32)
     p = drafts.shape[1] + 1
     n_drafts = np.minimum(np.asarray(n_drafts, np.int32), p - 1)
-    buf = self.mask_bufs.get(p)
-    if buf is None:
-      buf = self.mask_bufs[p] = np.zeros((self.b, p, self.w), np.int32)
+    buf = self._mask_buffer(p)
     sessions = [lane.session if self.host_masked(lane) else None for lane in self.lanes]
     try:
       states, enabled = ic.fill_batch(sessions, drafts, n_drafts, buf)
@@ -242,7 +240,18 @@ class HostState:
           self._fail(i, self.lanes[i], "lookahead", e)
           sessions[i] = None
       enabled = np.array([s is not None for s in sessions], bool)
-    seconds = time.perf_counter() - t0
+    self._record_masks(buf, states, enabled, time.perf_counter() - t0)
+    return buf, states, enabled
+
+  def _mask_buffer(self, p: int) -> np.ndarray:
+    buf = self.mask_bufs.get(p)
+    if buf is None:
+      buf = self.mask_bufs[p] = np.zeros((self.b, p, self.w), np.int32)
+    return buf
+
+  def _record_masks(self, buf, states, enabled, seconds: float) -> None:
+    """The round's mask costs into the lanes' reports and the engine's stats."""
+    p = buf.shape[1]
     rows = np.flatnonzero(enabled)
     for i in rows:
       report = self.lanes[i].report
@@ -251,7 +260,47 @@ class HostState:
       report.lookahead_seconds += seconds / len(rows)
     self.stats["mask_bytes_uploaded"] += buf.nbytes
     self.stats["mask_seconds"] += seconds
-    return buf, states, enabled
+
+  def tree_masks(self, drafts: np.ndarray, parents: np.ndarray, n_nodes: np.ndarray,
+                 prune: bool):
+    """Masks of every node of the constrained lanes' draft trees (`constrain.tree`), and
+    with `prune` the nodes the grammar rules out dropped before the verify.
+
+    Args:
+      drafts, parents: i32[B, N] tree proposals (`Proposal.parents`); n_nodes: i32[B].
+
+    Returns:
+      (drafts, parents, n_nodes, mask i32[B, N + 1, W], states int8[B, N + 1], enabled
+      bool[B]); a lane whose walk raised fails alone (disabled, its tree unpruned).
+    """
+    from infernix_jax.constrain import tree as ctree
+    from infernix_jax.runtime import _tree
+    t0 = time.perf_counter()
+    drafts = np.ascontiguousarray(drafts, np.int32)
+    parents = np.ascontiguousarray(parents, np.int32)
+    p = drafts.shape[1] + 1
+    n_nodes = np.minimum(np.asarray(n_nodes, np.int32), p - 1)
+    buf = self._mask_buffer(p)
+    states = np.full((self.b, p), mask_layout.READY, np.int8)
+    enabled = np.zeros(self.b, bool)
+    for i, lane in enumerate(self.lanes):
+      if not self.host_masked(lane):
+        continue
+      try:
+        states[i] = ctree.tree_lookahead(lane.session, drafts[i], parents[i], int(n_nodes[i]),
+                                         buf[i])
+        enabled[i] = True
+      except Exception as e:  # noqa: BLE001 (this lane fails; the others go on)
+        self._fail(i, lane, "lookahead", e)
+    if prune and enabled.any():
+      drafts, parents, n_nodes, mask, states, pruned = _tree.prune(drafts, parents, n_nodes, buf,
+                                                                   states, enabled)
+      buf[...] = mask
+      for i in np.flatnonzero(pruned):
+        self.lanes[i].report.pruned_nodes += int(pruned[i])
+      self.stats["pruned_nodes"] += int(pruned.sum())
+    self._record_masks(buf, states, enabled, time.perf_counter() - t0)
+    return drafts, parents, n_nodes, buf, states, enabled
 
   # --- step 2b: sampling-law bias ------------------------------------------------------------
   def any_law(self) -> bool:

@@ -32,7 +32,7 @@ def _words(vocab_size: int, eos_ids: tuple[int, ...]) -> tuple[np.ndarray, np.nd
   return every, mask_layout.pack(eos)
 
 
-def apply(mask, states, enabled, eos_block, *, positions: int, vocab_size: int,
+def apply(mask, states, enabled, eos_block, depth=None, *, positions: int, vocab_size: int,
           eos_ids: tuple[int, ...]):
   """Masks with EOS banned at each lane's positions i < eos_block.
 
@@ -40,6 +40,8 @@ def apply(mask, states, enabled, eos_block, *, positions: int, vocab_size: int,
     mask: i32[B, P, W] packed legal sets, or None (no lane constrained this round).
     states: int8[B, P] (None with mask None); enabled: bool[B] (None with mask None).
     eos_block: i32[B] positions from the round's first at which EOS is banned (0: none).
+    depth: i32[B, P] each position's offset from the round's first output (a draft tree's
+      node depths); None: a chain's 0 .. P - 1.
     positions: P; vocab_size: V; eos_ids: the vocabulary's EOS ids (static).
 
   Returns:
@@ -56,7 +58,8 @@ def apply(mask, states, enabled, eos_block, *, positions: int, vocab_size: int,
   need = eos_block > 0                                                          # [B]
   base = jnp.where(enabled[:, None, None], mask, jnp.asarray(every)[None, None])  # [B, P, W]
   cleared = base & ~jnp.asarray(eos)[None, None]
-  banned = jnp.arange(positions)[None, :] < eos_block[:, None]                  # [B, P]
+  offset = jnp.arange(positions)[None, :] if depth is None else depth          # [B, P]
+  banned = offset < eos_block[:, None]                                          # [B, P]
   ban = banned & jnp.any(cleared != 0, axis=-1)
   mask = jnp.where(need[:, None, None], jnp.where(ban[..., None], cleared, base), mask)
   states = jnp.where((need & ~enabled)[:, None], jnp.asarray(mask_layout.READY, states.dtype),

@@ -38,7 +38,7 @@ from jax.experimental import io_callback
 
 from infernix_jax import mask_layout
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _deps, _masked_q, _min_tokens
+from infernix_jax.runtime import _deps, _masked_q, _min_tokens, _tree
 from infernix_jax.runtime import trace as _trace
 from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
@@ -158,10 +158,40 @@ def finish_step(logits, mask, states, enabled, prop, params, seed, position, bia
   return out.accepted, out.tokens, out.flags, n
 
 
-def min_tokens_step(mask, states, enabled, eos_block, *, positions, vocab_size, eos_ids):
-  """EOS out of the legal sets of lanes below their min_tokens (`_min_tokens.apply`)."""
-  return _min_tokens.apply(mask, states, enabled, eos_block, positions=positions,
+def min_tokens_step(mask, states, enabled, eos_block, depth=None, *, positions, vocab_size,
+                    eos_ids):
+  """EOS out of the legal sets of lanes below their min_tokens (`_min_tokens.apply`); `depth`
+  i32[B, P]: each position's output offset in a tree round (None: a chain's 0 .. P - 1)."""
+  return _min_tokens.apply(mask, states, enabled, eos_block, depth, positions=positions,
                            vocab_size=vocab_size, eos_ids=eos_ids)
+
+
+def tree_verify_step(graphdef, state, cache, lengths, anchor, drafts, parents, n, span=None):
+  """The target over a draft tree's positions [anchor, nodes] in one tree-attention call ->
+  (logits [B, P, Vm], hidden [B, P, D], cache with node t's K/V in slot lengths + t)."""
+  cache = cache.with_lengths(lengths)
+  tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
+  return _deps.verify(graphdef, state, cache, tokens, span=span,
+                      tree=_tree.tree_shape(parents, n))
+
+
+def tree_finish_step(logits, mask, states, enabled, prop, params, seed, position, cache,
+                     lengths, hidden, *, vocab_size):
+  """Acceptance over the tree (`pallas.tree_accept`), then the accepted path's K/V moved to
+  the chain's slots.
+
+  Returns:
+    (accepted i32[B], tokens i32[B, P], flags i32[B], rows i32[B, P] (the positions whose
+    outputs produced tokens: `_tree.chain_rows`), hidden [B, P, D] at those rows, cache).
+  """
+  b, p = logits.shape[:2]
+  parents = _tree.positions_parents(prop.parents, prop.n)
+  tokens = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), prop.drafts.astype(jnp.int32)], 1)
+  out = _deps.tree_accept(logits, mask, enabled, states, tokens, parents, prop.n + 1, params,
+                          seed, position, vocab_size)
+  rows = _tree.chain_rows(out.path, out.accepted)
+  cache = _tree.compact(cache, lengths, out.path, out.accepted)
+  return out.accepted, out.tokens, out.flags, rows, _tree.gather_rows(hidden, rows), cache
 
 
 def logprobs_step(logits, mask, enabled, tokens, params, bias=None, *, vocab_size, top):
@@ -177,6 +207,17 @@ def automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled):
   masks of the other lanes (mask None: no host-masked lane)."""
   from infernix_jax.runtime import device_automaton
   dmask, dstates, _ = device_automaton.lookahead(auto, nodes, drafts, n)  # [B, P, W], [B, P]
+  if mask is None:
+    return dmask, dstates, rows
+  return (jnp.where(rows[:, None, None], dmask, mask), jnp.where(rows[:, None], dstates, states),
+          enabled | rows)
+
+
+def tree_automaton_step(auto, nodes, rows, drafts, parents, n, mask, states, enabled):
+  """`automaton_step` for a draft tree: the trie lanes' node masks from the device automaton
+  walking each node's root path."""
+  from infernix_jax.runtime import device_automaton
+  dmask, dstates = device_automaton.tree_lookahead(auto, nodes, drafts, parents, n)
   if mask is None:
     return dmask, dstates, rows
   return (jnp.where(rows[:, None, None], dmask, mask), jnp.where(rows[:, None], dstates, states),
@@ -205,9 +246,15 @@ _JIT = {
                          donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q", "drop_illegal")),
     automaton_step: jax.jit(automaton_step),
+    tree_automaton_step: jax.jit(tree_automaton_step),
     logprobs_step: jax.jit(logprobs_step, static_argnames=("vocab_size", "top")),
     min_tokens_step: jax.jit(min_tokens_step,
                              static_argnames=("positions", "vocab_size", "eos_ids")),
+    tree_verify_step: jax.jit(tree_verify_step, static_argnames=("graphdef", "span"),
+                              donate_argnames=("cache",)),
+    tree_finish_step: jax.jit(tree_finish_step, static_argnames=("vocab_size",),
+                              donate_argnames=("cache",)),
+    _tree.gather_rows: jax.jit(_tree.gather_rows),
     advance_step: jax.jit(advance_step, static_argnames=("drafter",),
                           donate_argnames=("dstate",)),
     clear_step: jax.jit(clear_step, static_argnames=("drafter",),
@@ -223,6 +270,8 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
   drafter = st.drafter
   inp = io.host("begin", token)
   prop, draft = io.propose(drafter, args.dparams, rs.draft, inp.draft)
+  if drafter.tree:
+    return _tree_round(io, rs, args, st, inp, prop, draft)
   logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, rs.cache,
                                     inp.draft.lengths, inp.draft.anchor, prop.drafts,
                                     span=io.span(inp.draft.lengths, prop.drafts.shape[1] + 1,
@@ -247,6 +296,43 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
   draft = io.advance(drafter, args.dparams, draft, out_tokens, counts, hidden)
   cache, draft = io.clear(poisoned, drafter, cache, draft)
   return RoundState(cache, draft), stop
+
+
+def _tree_round(io, rs: RoundState, args: RoundArgs, st: RoundStatics, inp, prop, draft):
+  """The round of a tree drafter: masks for every node (the grammar's walk of the tree, which
+  prunes illegal nodes under masked q) before one tree verify, acceptance over the tree, and
+  the accepted path's K/V kept. The trace and other sampling laws refuse tree drafters."""
+  p = prop.drafts.shape[1] + 1
+  prop, mask, states, enabled = io.tree_masks(inp.constrained, prop, st.masked_q)
+  if st.device_automaton:
+    mask, states, enabled = io.tree_automaton(args.automaton, inp.nodes, inp.trie_rows, prop,
+                                              mask, states, enabled)
+  depth = io.device(_tree_depth, prop.parents, prop.n)
+  mask, states, enabled = io.min_tokens(inp.eos_block, p, mask, states, enabled, st, depth)
+  lengths = inp.draft.lengths
+  logits, hidden, cache = io.device(tree_verify_step, st.graphdef, args.state, rs.cache,
+                                    lengths, inp.draft.anchor, prop.drafts, prop.parents,
+                                    prop.n, span=io.span(lengths, p, rs.cache))
+  accepted, tokens, flags, rows, hidden, cache = io.device(
+      tree_finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
+      inp.draft.position, cache, lengths, hidden, vocab_size=st.vocab_size)
+  top = io.logprobs_top()
+  if top is not None:  # the produced tokens' distributions: the rows of their positions
+    chain_logits = io.device(_tree.gather_rows, logits, rows)
+    chain_mask = None if mask is None else io.device(_tree.gather_rows, mask, rows)
+    io.logprobs(chain_logits, chain_mask, enabled, tokens, args.params, None, top, st)
+  out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, prop.n)
+  draft = io.advance(st.drafter, args.dparams, draft, out_tokens, counts, hidden)
+  cache, draft = io.clear(poisoned, st.drafter, cache, draft)
+  return RoundState(cache, draft), stop
+
+
+def _tree_depth(parents, n):
+  """i32[B, P] output offset of each tree position (the anchor's 0, a node's its depth)."""
+  return _tree.tree_shape(parents, n)[0]
+
+
+_JIT[_tree_depth] = jax.jit(_tree_depth)
 
 
 # --- drafter hooks outside a round -----------------------------------------------------------
@@ -297,9 +383,13 @@ class HostCallbacks:
                        trie_rows=rows, eos_block=h.eos_block())
 
   def propose(self, inp):
-    """A host drafter's proposal inside the compiled loop -> (drafts i32[B, K], n i32[B])."""
+    """A host drafter's proposal inside the compiled loop -> (drafts i32[B, K], n i32[B]),
+    and parents i32[B, K] from a tree drafter."""
     prop, self.draft_state = self.drafter.propose(None, self.draft_state, inp)
-    return np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32)
+    out = np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32)
+    if self.drafter.tree:
+      return (*out, np.asarray(prop.parents, np.int32))
+    return out
 
   def advance(self, tokens, counts):
     """A host drafter learns what the compiled loop's round committed."""
@@ -315,6 +405,11 @@ class HostCallbacks:
   def masks(self, drafts, n):
     mask, states, enabled = self.host.masks(drafts, n)
     return mask, np.asarray(states, np.int8), np.asarray(enabled, bool)
+
+  def tree_masks(self, drafts, parents, n, prune):
+    drafts, parents, n, mask, states, enabled = self.host.tree_masks(drafts, parents, n, prune)
+    return (np.asarray(drafts, np.int32), np.asarray(parents, np.int32), np.asarray(n, np.int32),
+            mask, np.asarray(states, np.int8), np.asarray(enabled, bool))
 
   def bias(self, drafts, n):
     return self.host.bias(drafts, n)
@@ -372,12 +467,15 @@ class StagesIO:
     stats["begin_seconds"] += time.perf_counter() - t0
     if self.timeline is not None:
       self.timeline.add("propose", t0)
-    prop = Proposal(np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32), OneHotQ())
+    parents = None if prop.parents is None else np.asarray(prop.parents, np.int32)
+    prop = Proposal(np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32), OneHotQ(),
+                    parents)
     width = int(np.max(prop.n, initial=0))
     if width < prop.drafts.shape[1]:
       stats["narrowed_rounds"] += 1
       stats["anchor_only_rounds"] += width == 0
-      prop = dataclasses.replace(prop, drafts=prop.drafts[:, :width])
+      prop = dataclasses.replace(prop, drafts=prop.drafts[:, :width],
+                                 parents=None if parents is None else parents[:, :width])
     return prop, state
 
   def traced(self) -> bool:
@@ -459,6 +557,28 @@ class StagesIO:
       tl.add("upload", t0)
     return out
 
+  def tree_masks(self, constrained, prop, masked_q):
+    """Every node's mask (host walk), illegal nodes pruned under masked q, before the verify;
+    (prop, None, None, None) when no lane is host-constrained."""
+    if not constrained:
+      return prop, None, None, None
+    t0 = time.perf_counter()
+    drafts, parents, n = jax.device_get((prop.drafts, prop.parents, prop.n))
+    drafts, parents, n, mask, states, enabled = self.steps.host.tree_masks(drafts, parents, n,
+                                                                          masked_q)
+    if self.timeline is not None:
+      self.timeline.add("lookahead", t0)
+    prop = dataclasses.replace(prop, drafts=drafts, parents=parents, n=n)
+    if self.placement is not None:
+      return (prop, *self.placement.rows((mask, states, enabled)))
+    return prop, jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
+
+  def tree_automaton(self, auto, nodes, rows, prop, mask, states, enabled):
+    if not np.asarray(rows).any():
+      return mask, states, enabled
+    return self.device(tree_automaton_step, auto, nodes, rows, prop.drafts, prop.parents,
+                       prop.n, mask, states, enabled)
+
   def bias(self, drafts, n):
     """The sampling-law bias; None (nothing uploaded) when every lane samples the local law."""
     if not self.steps.host.any_law():
@@ -477,11 +597,11 @@ class StagesIO:
       return mask, states, enabled
     return self.device(automaton_step, auto, nodes, rows, drafts, n, mask, states, enabled)
 
-  def min_tokens(self, eos_block, p, mask, states, enabled, st):
+  def min_tokens(self, eos_block, p, mask, states, enabled, st, depth=None):
     """The min_tokens ban; nothing runs (and no mask is built) while no lane needs it."""
     if not np.any(np.asarray(eos_block) > 0):
       return mask, states, enabled
-    return self.device(min_tokens_step, mask, states, enabled, eos_block, positions=p,
+    return self.device(min_tokens_step, mask, states, enabled, eos_block, depth, positions=p,
                        vocab_size=st.vocab_size, eos_ids=st.eos_ids)
 
   def clear(self, rows, drafter, cache, state):
@@ -514,6 +634,10 @@ class CallbackIO:
     (traced shapes: the compiled loop always verifies K + 1 positions)."""
     if drafter.on_device:
       return propose_step(drafter, params, state, inp)
+    if drafter.tree:
+      drafts, n, parents = io_callback(self.steps.propose, self.shapes["propose_tree"], inp,
+                                       ordered=True)
+      return Proposal(drafts, n, OneHotQ(), parents), state
     drafts, n = io_callback(self.steps.propose, self.shapes["propose"], inp, ordered=True)
     return Proposal(drafts, n, OneHotQ()), state
 
@@ -550,12 +674,35 @@ class CallbackIO:
       return mask, states, enabled
     return automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled)
 
-  def min_tokens(self, eos_block, p, mask, states, enabled, st):
+  def min_tokens(self, eos_block, p, mask, states, enabled, st, depth=None):
     """The min_tokens ban, traced (it leaves lanes without a ban unchanged)."""
     if not st.eos_ids:
       return mask, states, enabled
-    return min_tokens_step(mask, states, enabled, eos_block, positions=p,
+    return min_tokens_step(mask, states, enabled, eos_block, depth, positions=p,
                            vocab_size=st.vocab_size, eos_ids=st.eos_ids)
+
+  def tree_masks(self, constrained, prop, masked_q):
+    """Every node's mask through one callback (fixed shapes: pruned nodes leave padding)."""
+    shapes = self.shapes["tree_masks"]
+
+    def fill(drafts, parents, n):
+      return io_callback(functools.partial(self.steps.tree_masks, prune=masked_q), shapes,
+                         drafts, parents, n)
+
+    def skip(drafts, parents, n):
+      return (drafts, parents, n, jnp.zeros(shapes[3].shape, jnp.int32),
+              jnp.full(shapes[4].shape, mask_layout.UNREACHABLE, jnp.int8),
+              jnp.zeros(shapes[5].shape, bool))
+
+    drafts, parents, n, mask, states, enabled = jax.lax.cond(constrained, fill, skip,
+                                                             prop.drafts, prop.parents, prop.n)
+    return dataclasses.replace(prop, drafts=drafts, parents=parents, n=n), mask, states, enabled
+
+  def tree_automaton(self, auto, nodes, rows, prop, mask, states, enabled):
+    if auto is None:
+      return mask, states, enabled
+    return tree_automaton_step(auto, nodes, rows, prop.drafts, prop.parents, prop.n, mask,
+                               states, enabled)
 
   def clear(self, rows, drafter, cache, state):
     if not drafter.on_device:
@@ -574,6 +721,9 @@ def _shapes(b: int, k: int, w: int) -> dict:
       "begin": RoundInputs(draft=draft, constrained=s((), jnp.bool_), nodes=lane,
                            trie_rows=s((b,), jnp.bool_), eos_block=lane),
       "propose": (s((b, k), i32), lane),
+      "propose_tree": (s((b, k), i32), lane, s((b, k), i32)),
+      "tree_masks": (s((b, k), i32), s((b, k), i32), lane, s((b, p, w), i32),
+                     s((b, p), jnp.int8), s((b,), jnp.bool_)),
       "advance": s((), i32),
       "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),
       "commit": (s((b, p), i32), s((b,), i32), s((b,), jnp.bool_), s((), jnp.bool_)),

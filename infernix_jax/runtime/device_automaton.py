@@ -229,3 +229,32 @@ class AutomatonSet:
     if node == a.dead:
       return self._dead
     return self._offsets[id(a)] + node
+
+
+def tree_lookahead(auto: DeviceAutomaton, node: jax.Array, drafts: jax.Array,
+                   parents: jax.Array, n_nodes: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`lookahead` over a draft tree: position 0 is the row's state, position j + 1 the state
+  after drafted node j's root path (parents[j] in {-1, 0..j-1}; nodes >= n_nodes dead).
+
+  Args:
+    node: int32 [B]; drafts, parents: int32 [B, N]; n_nodes: int32 [B].
+
+  Returns:
+    (masks int32 [B, N + 1, W], states int8 [B, N + 1]) with `lookahead`'s semantics.
+  """
+  node = jnp.asarray(node, jnp.int32)
+  drafts = jnp.asarray(drafts, jnp.int32)
+  parents = jnp.asarray(parents, jnp.int32)
+  b, k = drafts.shape
+  path = jnp.concatenate([node[:, None], jnp.full((b, k), auto.dead, jnp.int32)], axis=1)
+  rows = jnp.arange(b)
+  for j in range(k):  # parents first: a node steps from its parent's state
+    cur = path[rows, jnp.clip(parents[:, j] + 1, 0, k)]
+    nxt = jnp.where(j < n_nodes, step(auto, cur, drafts[:, j]), auto.dead)
+    path = path.at[:, j + 1].set(nxt)
+  words = mask(auto, path)                                          # [B, N + 1, W]
+  nonempty = jnp.any(words != 0, axis=-1)
+  reached = path < auto.n_nodes
+  states = jnp.where(reached, jnp.where(nonempty, mask_layout.READY, mask_layout.DEAD_END),
+                     mask_layout.UNREACHABLE).astype(jnp.int8)
+  return jnp.where(reached[..., None], words, 0), states

@@ -125,6 +125,13 @@ class Engine:
     self.check_fits(request)
     session, report = build_session(request, self.compiler) if (
         request.constraint is not None or request.tools is not None) else (None, None)
+    if self.drafter.tree and (request.trace or request.sampling_law != "local"):
+      from infernix_jax.constrain.errors import FeatureConflictError
+      what = "trace=True" if request.trace else f"sampling_law={request.sampling_law!r}"
+      raise FeatureConflictError(
+          f"{what} needs a chain drafter: drafter {self.drafter.name!r} proposes token trees, "
+          f"whose rounds run no trace step and upload no sampling-law bias; use its chain "
+          f"(drafter option tree=false) or drop {what.split('=')[0]}")
     law = self._law(request, session, report) if request.sampling_law != "local" else None
     trace = self._trace(request, session) if request.trace else None
     if request.logprobs is not None and self.bridge != "stages":
@@ -254,6 +261,10 @@ class Engine:
     _, _, cache = _round._JIT[_round.verify_step](
         self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)),
         self._place.rows(np.zeros((b, widths[0]), np.int32)), span=spans[0])
+    if self.drafter.tree:
+      self._round_state = _round.RoundState(
+          cache=self._warm_tree(args, widths, spans, cache), draft=self._round_state.draft)
+      return
     for width in widths:
       drafts = self._place.rows(np.zeros((b, width), np.int32))
       for span in spans:
@@ -274,6 +285,30 @@ class Engine:
             drop_illegal=self.acceptance == "drop-illegal")
         jax.block_until_ready(out)
     self._round_state = _round.RoundState(cache=cache, draft=self._round_state.draft)
+
+  def _warm_tree(self, args, widths, spans, cache):
+    """`warmup` for a tree drafter: its tree verify for every width and span, its depths and
+    Finish over the tree with and without a mask -> the cache."""
+    from infernix_jax.pallas import OneHotQ
+    b, w = self.b, mask_layout.mask_words(self.vocab.size)
+    zeros = self._place.rows(np.zeros((b,), np.int32))
+    for width in widths:
+      drafts, parents = self._place.rows((np.zeros((b, width), np.int32),
+                                          np.full((b, width), -1, np.int32)))
+      _round._JIT[_round._tree_depth](parents, zeros)
+      for span in spans:
+        logits, hidden, cache = _round._JIT[_round.tree_verify_step](
+            self.graphdef, self.state, cache, zeros, zeros, drafts, parents, zeros, span=span)
+      prop = Proposal(drafts, zeros, OneHotQ(), parents)
+      masks = (None, self._place.rows((np.zeros((b, width + 1, w), np.int32),
+                                        np.zeros((b, width + 1), np.int8),
+                                        np.zeros((b,), bool))))
+      for mask in masks:
+        *out, cache = _round._JIT[_round.tree_finish_step](
+            logits, *(mask or (None, None, None)), prop, args.params, args.seed, zeros, cache,
+            zeros, hidden, vocab_size=self.vocab.size)
+        jax.block_until_ready(out)
+    return cache
 
   def run(self) -> None:
     """Decodes until no request is waiting or running."""
@@ -354,9 +389,11 @@ class Engine:
       start, tokens, counts = self._place.rows((start, tokens, counts))
       hidden, cache = prefill.append_tokens(self.graphdef, self.state, cache.with_lengths(start),
                                            tokens, counts)
+    draft = self.drafter.admit(self._round_state.draft, {
+        b: self.host.lanes[b].request.history_key() for b in admitted})
     self._round_state = _round.extend_drafter(
-        self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), admitted,
-        hidden, reset=True)
+        self.drafter, self._dparams, _round.RoundState(cache, draft), admitted, hidden,
+        reset=True)
 
   def _forced_closes(self) -> None:
     """Appends the forced close to every lane whose reasoning reached its budget, as one step.

@@ -131,6 +131,25 @@ class GenerationRequest:
   # the `logprobs` most probable alternatives of it (0..MAX_LOGPROBS; None = off: no work);
   # GenerationResult.logprobs, docs/CONTRACTS.md "runtime/".
   logprobs: int | None = None
+  # The output history a history drafter (`suffix`) reads and adds to: "auto" (the history
+  # of the request's constraint: kind + source, or of its tools; unconstrained requests
+  # share one), any other string names a history, None: this request neither reads nor adds.
+  draft_history: str | None = "auto"
+
+  def history_key(self) -> str | None:
+    """The key of `draft_history` ("auto" resolved from the constraint or the tools)."""
+    if self.draft_history != "auto":
+      return self.draft_history
+    if self.tools is not None:
+      names = sorted(str(getattr(t, "name", t)) for t in self.tools)
+      return "tools:" + ",".join(names)
+    c = self.constraint
+    if c is None:
+      return "unconstrained"
+    import hashlib
+    source = c.source if isinstance(c.source, str) else "\x00".join(c.source)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{getattr(c.kind, 'value', c.kind)}:{digest}"
 
   def __post_init__(self):
     if not self.request_id:
@@ -174,6 +193,9 @@ class GenerationRequest:
           "ignore_eos", "ignore_eos=True cannot be combined with an output constraint or tools: "
           "once the grammar accepts EOS the output is complete and has no legal "
           "continuation; drop ignore_eos (use min_tokens to forbid an early end)")
+    if self.draft_history is not None and not isinstance(self.draft_history, str):
+      raise ParameterError("draft_history", f"draft_history={self.draft_history!r} must be "
+                           f"'auto', a history name or None (no history)")
     for name in ("thinking_budget", "max_drafts"):
       value = getattr(self, name)
       if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -236,6 +258,7 @@ class ConstraintReport:
   lookahead_seconds: float = 0.0  # lookahead + mask filling + masked-q redraws
   accept_seconds: float = 0.0  # preview + commit / discard
   jump_forward_tokens: int = 0  # drafts proposed by grammar jump-forward
+  pruned_nodes: int = 0  # draft-tree nodes the grammar ruled out before the verify
   # sampling_law other than "local": the token trie (exact-finite) and the target forwards
   # that computed Φ (exact-finite) or Φ̂ (onestep, counted as decoding runs)
   law_trie_nodes: int = 0

@@ -105,6 +105,7 @@ def _usage(state: ServerState, completion, dropped=()) -> dict:
   return {"prompt_tokens": completion.prompt_tokens, "completion_tokens": n,
           "total_tokens": completion.prompt_tokens + n,
           "speculative": {"drafter": llm.drafter_name, "k": llm.drafter.k,
+                          "tree": bool(llm.drafter.tree),
                           "rounds": s["rounds"], "drafted": s["drafted"],
                           "accepted": s["accepted"], "accepted_length": s["accepted_length"],
                           "acceptance_rate": s["acceptance_rate"]},

@@ -218,13 +218,21 @@ def _constraint(body: Mapping, fields: dict, defaults: Defaults) -> dict:
   return out
 
 
-def _speculative(body: Mapping, drafter: str, k: int) -> int | None:
+def _speculative(body: Mapping, drafter: str, k: int, opts: dict) -> int | None:
+  """The request's draft cap from `speculative: {drafter, k, history}`; `history` (a name,
+  "auto" or null: keep out) goes to opts as the suffix drafter's draft_history."""
   spec = body.get("speculative")
   if spec is None:
     return None
   if not isinstance(spec, Mapping):
-    raise RequestError("speculative", "expected an object {drafter, k}")
-  _unknown(spec, frozenset({"drafter", "k"}), "speculative.")
+    raise RequestError("speculative", "expected an object {drafter, k, history}")
+  _unknown(spec, frozenset({"drafter", "k", "history"}), "speculative.")
+  if "history" in spec:
+    if spec["history"] is not None and not (isinstance(spec["history"], str)
+                                            and spec["history"]):
+      raise RequestError("speculative.history", "expected a history name, \"auto\" or null "
+                         "(this request neither reads nor adds to a shared draft history)")
+    opts["draft_history"] = spec["history"]
   cap = None
   name = spec.get("drafter")
   if name is not None and name not in (drafter, "none"):
@@ -305,7 +313,7 @@ def _common(body: Mapping, drafter: str, k: int, fields: dict,
     opts["thinking_budget"] = budget
   _thinking(body, opts, defaults)
   opts.update(_constraint(body, fields, defaults))
-  return opts, _speculative(body, drafter, k)
+  return opts, _speculative(body, drafter, k, opts)
 
 
 def _extras(body: Mapping, parsed: "ParsedRequest", defaults: Defaults,

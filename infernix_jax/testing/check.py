@@ -10,7 +10,8 @@ enumeration of ordinary decoding:
   under a choice constraint on every backend that expresses it;
 - sampling (T = 1): the distribution of `samples` outputs passes a chi-square test against
   ordinary decoding's exact distribution, free and constrained, and (for a drafter whose q
-  is sampled) with masked q on and off.
+  is sampled, or that proposes trees, whose illegal nodes masked q prunes) with masked q on
+  and off.
 One engine per jump-forward setting serves every case (greedy and sampled requests share
 batches), so the cost grows linearly with the drafters checked.
 
@@ -126,7 +127,7 @@ def check_drafter(name: str, options: Mapping[str, Any] | None = None, *,
   cells = [("constrained", True, True)]
   if not drafter.uses_forced:
     cells.insert(0, ("free", False, True))
-  if drafter.sampling:
+  if drafter.sampling or drafter.tree:  # masked q off: sampled drafts kept, tree nodes unpruned
     cells.append(("constrained/unmasked", True, False))
   for masked_q in sorted({m for _, _, m in cells} | {True}, reverse=True):
     engine.masked_q = masked_q

@@ -130,6 +130,7 @@ def test_decode_records_hold_the_full_request(smoke_runs):
 
 @pytest.mark.parametrize("name,variant", [("acceptance", ""), ("acceptance", "k"),
                                           ("acceptance", "backend"), ("acceptance", "flagship"),
+                                          ("acceptance", "trees"),
                                           ("engine", ""),
                                           ("engine", "quick"), ("classification", ""),
                                           ("exactness", ""), ("trie", ""), ("faithful", ""),

@@ -42,12 +42,15 @@ def _variants():
     for jump in (False, True):
       if jump and not drafters.entry(name).drafts:
         continue
-      for extra in ({}, {"sampling": True}):
-        if extra and "sampling" not in drafters.fields(name):
+      fields = drafters.fields(name)
+      for extra, tag in (({}, ""), ({"sampling": True}, "/sampling"),
+                         ({"tree": not fields.get("tree")}, "/chain" if fields.get("tree")
+                          else "/tree")):
+        if extra and next(iter(extra)) not in fields:
           continue
         built = drafters.create(name, drafter_options_for(name, **extra), target=(cfg, model),
                                 jump_forward=jump)
-        label = built.name + ("/sampling" if extra else "")
+        label = built.name + tag
         out.setdefault(label, (name, drafter_options_for(name, **extra), jump, built))
   return out
 
@@ -153,7 +156,8 @@ def test_penalties_over_committed_and_drafted_history(bridge):
   assert sum(r.accepted for r in results) > 0  # drafts were accepted under penalties
 
 
-@pytest.mark.parametrize("name,constrained", [("jump+ngram", False), ("dflash2", True)])
+@pytest.mark.parametrize("name,constrained", [("jump+ngram", False), ("dflash2", True),
+                                              ("ngram/tree", False)])
 def test_repetition_penalty_over_prompt_and_drafted_history(name, constrained):
   """The repetition penalty (prompt + committed output + the round's hypothetical drafts,
   with presence after it) is part of the target p that verification accepts against: the
@@ -174,7 +178,8 @@ def test_repetition_penalty_over_prompt_and_drafted_history(name, constrained):
   assert sum(r.accepted for r in results) > 0  # drafts were accepted under the penalty
 
 
-@pytest.mark.parametrize("name,constrained", [("jump+ngram", False), ("dflash2", True)])
+@pytest.mark.parametrize("name,constrained", [("jump+ngram", False), ("dflash2", True),
+                                              ("jump+ngram/tree", True)])
 def test_min_tokens_bans_eos_in_drafts_and_targets(name, constrained):
   """min_tokens = 3: EOS is out of the legal set of the first three positions (target p and
   masked q alike), except where the choice allows EOS alone (the end it forces is kept and
@@ -221,7 +226,7 @@ def test_wrong_target_fails_the_same_check():
                              [tuple(r.token_ids) for r in results]) < 1e-3
 
 
-@pytest.mark.parametrize("name", ["jump+ngram", "dflash2"])
+@pytest.mark.parametrize("name", ["jump+ngram", "dflash2", "jump+ngram/tree"])
 def test_callback_bridge_equals_stages_bridge(name):
   """The io_callback loop produces exactly the stages bridge's tokens (same randomness),
   min_tokens and ignore_eos included."""
@@ -250,7 +255,7 @@ def test_masked_q_raises_greedy_acceptance():
 
 
 @pytest.mark.parametrize("bridge", BRIDGES)
-@pytest.mark.parametrize("name", ["none", "jump+ngram", "dflash2"])
+@pytest.mark.parametrize("name", ["none", "jump+ngram", "dflash2", "jump+ngram/tree"])
 def test_device_automaton_equals_batch_fill(name, bridge):
   """Trie lanes masked by the device-resident automaton inside the round commit exactly the
   tokens of the host batch-fill path (greedy and sampled, mixed with xgrammar and free lanes,

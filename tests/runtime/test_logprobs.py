@@ -25,6 +25,8 @@ def _engine(name: str) -> Engine:
   cfg, model = h.tiny_model()
   options = {"k": 3, "n": 2} if name == "ngram" else {"k": 3, "sampling": True,
                                                      "model": h.tiny_model(seed=1)}
+  if name == "ngram/tree":  # token trees: each output token at its node's row
+    name, options = "ngram", {"k": 4, "n": 2, "tree": True}
   drafter = drafters.create(name, options, target=(cfg, model), jump_forward=name == "ngram")
   return Engine(model, h.toy_vocab(), drafter, lanes=4, capacity=32)
 
@@ -67,10 +69,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name", ["ngram", "draft"])
+@pytest.mark.parametrize("name", ["ngram", "draft", "ngram/tree"])
 def test_logprobs_equal_the_fp64_law_of_each_position(name):
   eng = _engine(name)
-  cases = [c for c in CASES if c[0] == name]
+  cases = [c for c in CASES if c[0] == name.split("/")[0]]
+  if name == "ngram/tree":  # the richest case (penalties, top-k, min_tokens, a constraint)
+    cases = cases[:1]
   requests = [GenerationRequest(PROMPT, max_tokens=5, constraint=SPEC if constrained else None,
                                 sampling=SamplingOptions(seed=seed, **sampling), **extra)
               for _, constrained, sampling, extra in cases for seed in range(4)]

@@ -22,7 +22,8 @@ import typing
 from typing import Any, Callable, Mapping
 
 from infernix_jax.errors import ParameterError
-from infernix_jax.runtime.drafters import dflash, dflash2, draft_model, jump, mtp, ngram, none
+from infernix_jax.runtime.drafters import (dflash, dflash2, draft_model, jump, mtp, ngram, none,
+                                           suffix)
 from infernix_jax.runtime.drafters.base import (BuildContext, Committed, DraftInput, Drafter,
                                                 DrafterOptions, DrafterSpec, NoOptions,
                                                 OptionError, Proposal)
@@ -208,6 +209,8 @@ def _convert(value: Any, hint: Any, field: str) -> Any:
 register("none", none.build, options=NoOptions, help="ordinary decoding, one token per round")
 register("ngram", ngram.build, options=ngram.Options,
          help="prompt lookup: copies the continuation of the latest match")
+register("suffix", suffix.build, options=suffix.Options,
+         help="suffix decoding: token trees from the workload's earlier outputs and the prompt")
 register("jump", jump.build, help="grammar jump-forward alone: drafts only forced tokens")
 register("draft", draft_model.build, options=draft_model.Options,
          help="a draft model sharing the vocabulary (option model=PATH)")

@@ -101,11 +101,16 @@ class DraftInput:
 @dataclasses.dataclass(frozen=True)
 class Proposal:
   """A round's drafts: drafts i32[B, K] (the first n[b] real), n i32[B], q the distribution
-  that really produced them (pallas OneHotQ / SparseQ [B, K, 16] / DenseQ [B, K, Vm])."""
+  that really produced them (pallas OneHotQ / SparseQ [B, K, 16] / DenseQ [B, K, Vm]).
+
+  A tree drafter (`Drafter.tree`) also gives parents i32[B, K]: draft j hangs off draft
+  parents[b, j] (< j) or off the anchor (-1); its q is one-hot (each node chosen
+  deterministically), its depth at most limit[b]. None: a chain (parents[j] = j - 1)."""
 
   drafts: Any
   n: Any
   q: Any
+  parents: Any = None
 
 
 @jax.tree_util.register_dataclass
@@ -150,6 +155,7 @@ class Drafter:
   q_kind: ClassVar[str] = "onehot"  # onehot | sparse | dense: the q Finish receives
   sampling: ClassVar[bool] = False  # drafts are sampled from q (masked q applies)
   uses_forced: ClassVar[bool] = False  # the round fills DraftInput.forced (jump-forward)
+  tree: ClassVar[bool] = False  # proposes token trees of up to K nodes (Proposal.parents)
 
   def __post_init__(self):
     if self.k < 0:
@@ -184,6 +190,11 @@ class Drafter:
 
   def clear(self, state: Any, rows: Any) -> Any:
     """Zeros what lanes `rows` (bool[B]) hold on the device after a non-finite failure."""
+    return state
+
+  def admit(self, state: Any, keys: Mapping[int, str | None]) -> Any:
+    """Host call before an admission's `extend`: lane -> the admitted request's history key
+    (`GenerationRequest.history_key`; None: the request keeps out of any shared history)."""
     return state
 
 

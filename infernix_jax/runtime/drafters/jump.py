@@ -51,6 +51,10 @@ class JumpForward(Drafter):
   def sampling(self):  # type: ignore[override]
     return self.inner is not None and self.inner.sampling
 
+  @property
+  def tree(self):  # type: ignore[override]
+    return self.inner is not None and self.inner.tree
+
   def init(self, spec):
     return (None, None) if self.inner is None else self.inner.init(spec)
 
@@ -64,10 +68,16 @@ class JumpForward(Drafter):
       prop, state = self.inner.propose(params, state, rest)
       drafts = np.array(inp.forced, np.int32, copy=True)  # [B, K]
       n = n_forced + prop.n
+      parents = None
+      if prop.parents is not None:  # the inner tree hangs off the last forced token
+        parents = np.broadcast_to(np.arange(-1, self.k - 1, dtype=np.int32), drafts.shape).copy()
       for b in np.flatnonzero(prop.n):
-        f = int(n_forced[b])
-        drafts[b, f:f + int(prop.n[b])] = prop.drafts[b, :int(prop.n[b])]
-      return Proposal(drafts, n.astype(np.int32), prop.q), state
+        f, m = int(n_forced[b]), int(prop.n[b])
+        drafts[b, f:f + m] = prop.drafts[b, :m]
+        if parents is not None:
+          up = np.asarray(prop.parents[b, :m])
+          parents[b, f:f + m] = np.where(up >= 0, up + f, f - 1)
+      return Proposal(drafts, n.astype(np.int32), prop.q, parents), state
     prop, state = self.inner.propose(params, state, inp)
     n_forced = jnp.minimum(inp.n_forced, inp.limit)  # [B]
     forced = jnp.arange(self.k)[None, :] < n_forced[:, None]  # [B, K]
@@ -83,6 +93,9 @@ class JumpForward(Drafter):
 
   def clear(self, state, rows):
     return state if self.inner is None else self.inner.clear(state, rows)
+
+  def admit(self, state, keys):
+    return state if self.inner is None else self.inner.admit(state, keys)
 
 
 def build(options, context) -> JumpForward:
