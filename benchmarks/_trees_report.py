@@ -30,7 +30,7 @@ def _goals(rows, temperatures) -> list[str]:
     out.append(f"| {what} | {t:g} | {_fmt(value)} | {goal} | {mark} |")
 
   for t in temperatures:
-    for drafter in ("ngram", "suffix"):
+    for drafter in ("ngram", "suffix", "dflash"):
       tree, chain = _row(rows, 1, t, f"{drafter} tree"), _row(rows, 1, t, f"{drafter} chain")
       r = _ratio(tree, chain, "accepted_length")
       line(f"{drafter} tree vs chain, accepted length", t, r, ">= 1.25x",
@@ -75,7 +75,9 @@ def write_report(results, path: Path) -> None:
       f"fresh engine after `warmup()`, constraints compiled beforehand"
       + (" (**--quick: a smoke run, not a measurement**)" if meta.get("quick") else "") + ".",
       "",
-      f"- Part 1: trees vs chains of the same drafter at an equal verify budget: a chain of "
+      f"- Part 1: trees vs chains of the same drafter (n-gram; suffix; the trained block "
+      f"drafter dflash, its tree over its K per-position distributions) at an equal verify "
+      f"budget: a chain of "
       f"K = {meta['k']} drafts or a tree of {meta['k']} nodes (both verify {meta['k'] + 1} "
       f"positions with the anchor), with jump-forward, on {meta['prompts']} JSON Schema and "
       f"tool-call validation prompts of the distillation mix, JSON-constrained, "

@@ -1,14 +1,14 @@
 """Draft trees against chains, and suffix decoding against n-gram + jump-forward, on the
 embedded SmolLM2 (one run, the same prompts on every side).
 
-Part 1, trees vs chains at an equal verify budget: each drafter proposes a chain of K = 7
-drafts or a tree of 7 nodes (8 verified positions either way, the anchor included), with
+Part 1, trees vs chains at an equal verify budget: each drafter (n-gram, suffix, the trained
+block drafter) proposes a chain of K = 7 drafts or a tree of 7 nodes (8 verified positions either way, the anchor included), with
 jump-forward, on the JSON Schema and tool-call validation prompts of the distillation mix,
 JSON-constrained.
 Part 2, the suffix workload: 50 requests over 5 JSONSchemaBench schemas (10 documents per
 schema asked one after another, so later documents see the earlier outputs of their schema),
-suffix decoding (its tree, K = 7 nodes) against n-gram + jump-forward chains at K = 4 and
-K = 7, and ordinary decoding for scale.
+suffix decoding (its tree, K = 7 nodes) against n-gram + jump-forward chains (K = 4, and
+K = 7 greedy), and ordinary decoding for scale.
 
 Every configuration runs on a fresh engine (one lane, capacity 1024) after `warmup()` and
 with every constraint compiled beforehand, greedy and at T = 0.7; accepted length is output
@@ -42,12 +42,15 @@ PART1 = {
     "ngram tree": ("ngram", {"k": K, "tree": True}, True),
     "suffix chain": ("suffix", {"k": K, "tree": False}, True),
     "suffix tree": ("suffix", {"k": K}, True),
+    "dflash chain": ("dflash", {"k": K}, True),
+    "dflash tree": ("dflash", {"k": K, "tree": True}, True),
 }
+# label -> (drafter, options, jump-forward, temperatures it runs at)
 PART2 = {
-    "none": ("none", {}, False),
-    "ngram+jump K=4": ("ngram", {"k": 4}, True),
-    "ngram+jump K=7": ("ngram", {"k": K}, True),
-    "suffix tree": ("suffix", {"k": K}, True),
+    "none": ("none", {}, False, (0.0,)),  # ordinary decoding's speed is the same sampled
+    "ngram+jump K=4": ("ngram", {"k": 4}, True, (0.0, 0.7)),
+    "ngram+jump K=7": ("ngram", {"k": K}, True, (0.0,)),
+    "suffix tree": ("suffix", {"k": K}, True, (0.0, 0.7)),
 }
 
 
@@ -56,7 +59,7 @@ def parse_args(argv=None):
   ap.add_argument("--prompts", type=int, default=8, help="part 1 validation prompts")
   ap.add_argument("--schemas", type=int, default=5, help="part 2 schemas")
   ap.add_argument("--documents", type=int, default=10, help="part 2 documents per schema")
-  ap.add_argument("--max-tokens", type=int, default=96)
+  ap.add_argument("--max-tokens", type=int, default=64)
   ap.add_argument("--temperatures", default="0,0.7")
   ap.add_argument("--quick", action="store_true", help="2 prompts, 2 schemas x 3, 24 tokens")
   ap.add_argument("--write", action="store_true", help="write docs/results/trees.{md,json}")
@@ -155,11 +158,10 @@ def main(argv=None) -> int:
                                                            reqs)})
     print(f"# part 2: suffix workload, T={t}", flush=True)
     reqs, schemas = part2_requests(loaded, args.schemas, args.documents, args.max_tokens, t)
-    for label, config in PART2.items():
-      if label == "none" and t:
-        continue  # ordinary decoding's speed is the same sampled
-      rows.append({"part": 2, "temperature": t, **measure(loaded, compiler, label, config,
-                                                           reqs)})
+    for label, (*config, temps) in PART2.items():
+      if t in temps:
+        rows.append({"part": 2, "temperature": t, **measure(loaded, compiler, label, config,
+                                                             reqs)})
   meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
           "machine": _timing.machine(), "model": model_id, "k": K,
           "max_tokens": args.max_tokens, "prompts": args.prompts, "schemas": schemas,

@@ -234,3 +234,39 @@ def test_tree_drafters_refuse_trace_and_sampling_laws():
   with pytest.raises(FeatureConflictError, match="sampling_law='onestep' needs a chain"):
     engine.submit(GenerationRequest([1, 2, 1], max_tokens=2, sampling_law="onestep",
                                     constraint=ic.OutputConstraint.choice(CHOICES)))
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "topk"])
+def test_grow_picks_candidates_like_a_best_first_oracle(shape):
+  """`models.drafters.trees.grow` over per-position distributions (the block drafter's
+  expansion) against a plain-Python best-first / breadth-first oracle, with depth limits."""
+  from infernix_jax.models.drafters import trees
+  rng = np.random.default_rng(5)
+  b, k, v, width = 6, 5, 11, 3
+  logits = rng.normal(size=(b, k, v)).astype(np.float32) * 2
+  limit = np.array([5, 2, 1, 0, 3, 5], np.int32)
+  rows = jnp.arange(b)
+  expand = lambda c, ids, depth, anc, j: (jnp.asarray(logits)[rows, jnp.minimum(  # noqa: E731
+      depth[:, j], k - 1)], c)
+  ids, parents, n, _ = jax.jit(lambda lg, lim: trees.grow(lg, expand, (), lim, n=k,
+                                                           width=width, shape=shape))(
+      jnp.asarray(logits[:, 0]), jnp.asarray(limit))
+  logp = np.asarray(jax.nn.log_softmax(jnp.asarray(logits), -1), np.float64)
+  for r in range(b):
+    cands = [(logp[r, 0, t], 1, t, -1) for t in np.argsort(-logp[r, 0])[:width]]
+    want_ids, want_par = [], []
+    while len(want_ids) < k:
+      ok = [c for c in cands if c[1] <= limit[r]]
+      if not ok:
+        break
+      best = max(ok, key=(lambda c: c[0]) if shape == "dynamic" else (lambda c: (-c[1], c[0])))
+      cands.remove(best)
+      score, depth, tok, par = best
+      want_ids.append(int(tok)), want_par.append(par)
+      j = len(want_ids) - 1
+      pos = min(depth, k - 1)
+      cands += [(score + logp[r, pos, t], depth + 1, t, j)
+                for t in np.argsort(-logp[r, pos])[:width]]
+    assert int(n[r]) == len(want_ids)
+    assert ids[r, :len(want_ids)].tolist() == want_ids
+    assert parents[r, :len(want_ids)].tolist() == want_par

@@ -23,6 +23,7 @@ from flax import nnx
 
 from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
+from infernix_jax.models.drafters import trees
 from infernix_jax.models.drafters.base import (DraftContext, OneHotQ, SparseQ, TargetHead,
                                                choose_sparse, last_valid, split_keys)
 from infernix_jax.models.kv_cache import KVCache
@@ -117,6 +118,26 @@ def propose_dflash(graphdef, state, head: TargetHead, cache: KVCache, ctx: Draft
   return ids, cand_ids, cand_probs, cache
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef", "k", "width", "shape"),
+                   donate_argnames=("cache",))
+def propose_dflash_tree(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftContext,
+                        limit, *, k: int, width: int, shape: str):
+  """One block forward, then a greedy tree of up to K nodes from its K per-position
+  distributions (`trees.grow`; a node at depth d takes its children from position d, as
+  Medusa trees do). Returns (ids i32[B, K], parents i32[B, K], n_nodes i32[B], cache)."""
+  net = nnx.merge(graphdef, state)
+  anchors = last_valid(ctx.tokens, ctx.counts)
+  logits, cache = net(ctx.hidden, ctx.counts, anchors, head, cache, k)  # [B, K, Vm]
+  rows = jnp.arange(logits.shape[0])
+
+  def expand(c, ids, depth, anc, j):  # children of a node at depth d: position d's top-w
+    return logits[rows, jnp.minimum(depth[:, j], k - 1)], c
+
+  ids, parents, count, _ = trees.grow(logits[:, 0], expand, (), limit, n=k, width=width,
+                                      shape=shape)
+  return ids, parents, jnp.minimum(count, k), cache
+
+
 @dataclasses.dataclass(frozen=True)
 class DFlashDrafter:
   """Block drafter; `sparse=True` is the DFlash2-style variant with top-16 sparse q.
@@ -154,6 +175,16 @@ class DFlashDrafter:
   def init_state(self, batch: int, capacity: int) -> KVCache:
     """An empty context cache (one K/V per drafter layer and context entry)."""
     return KVCache.init(self.cfg, batch=batch, capacity=capacity)
+
+  def propose_tree(self, dstate: KVCache, ctx: DraftContext, limit, *, width: int,
+                   shape: str):
+    """A greedy token tree of K nodes from one block call (`propose_dflash_tree`) -> (ids,
+    parents, n_nodes, cache)."""
+    if self.sparse:
+      raise ValueError("token trees are drafted greedily (the sparse variant samples)")
+    return propose_dflash_tree(self.graphdef, self.state, self.head, dstate, ctx,
+                               jnp.asarray(limit, jnp.int32), k=self.k, width=width,
+                               shape=shape)
 
   def propose(self, dstate: KVCache, ctx: DraftContext, keys: jax.Array | None = None):
     """See `Drafter.propose`; keys are needed by the sparse variant only."""

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from infernix_jax.models.drafters import trees
 from infernix_jax.models.drafters.base import (DenseQ, DraftContext, OneHotQ, choose,
                                                last_valid, split_keys)
 from infernix_jax.models.config import ModelConfig
@@ -47,6 +48,33 @@ def propose_draft_model(graphdef, state, cache: KVCache, tokens, counts, keys, *
     probs = jnp.concatenate([probs, last_probs[None]], axis=0).swapaxes(0, 1)  # [B, K, Vm]
     probs = jnp.pad(probs, ((0, 0), (0, 0), (0, width - probs.shape[-1])))
   return ids, probs, cache.with_lengths(committed)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "width", "shape"),
+                   donate_argnames=("cache",))
+def propose_draft_tree(graphdef, state, cache: KVCache, tokens, counts, limit, *, n: int,
+                       width: int, shape: str):
+  """Appends context tokens [B, C] (counts i32[B]) to the draft cache, then grows a greedy
+  token tree of up to n nodes (`trees.grow`); each new node's distribution comes from one
+  tree-attention forward of the draft model over the tree so far (K/V in the scratch slots
+  after the committed context).
+
+  Returns:
+    (ids i32[B, n], parents i32[B, n] (-1: under the anchor), n_nodes i32[B], cache with
+    lengths advanced by counts).
+  """
+  model = nnx.merge(graphdef, state)
+  hidden, cache = model(tokens, cache)  # [B, C, D]
+  committed = cache.lengths + counts
+
+  def expand(c, ids, depth, anc, j):
+    h, c = model(ids, c.with_lengths(committed), tree=(depth - 1, anc))        # [B, N, D]
+    return model.logits(h[:, j]), c
+
+  ids, parents, count, cache = trees.grow(
+      model.logits(last_valid(hidden, counts)), expand, cache.with_lengths(committed), limit,
+      n=n, width=width, shape=shape)
+  return ids, parents, count, cache.with_lengths(committed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +116,16 @@ class DraftModelDrafter:
   def init_state(self, batch: int, capacity: int) -> KVCache:
     """An empty draft KV cache."""
     return KVCache.init(self.cfg, batch=batch, capacity=capacity)
+
+  def propose_tree(self, dstate: KVCache, ctx: DraftContext, limit: jax.Array, *,
+                   width: int, shape: str):
+    """A greedy token tree of K nodes (`propose_draft_tree`) -> (ids i32[B, K], parents
+    i32[B, K], n_nodes i32[B], cache)."""
+    if self.temperature > 0:
+      raise ValueError("token trees are drafted greedily (temperature 0)")
+    return propose_draft_tree(self.graphdef, self.state, dstate, ctx.tokens, ctx.counts,
+                              jnp.asarray(limit, jnp.int32), n=self.k, width=width,
+                              shape=shape)
 
   def propose(self, dstate: KVCache, ctx: DraftContext, keys: jax.Array | None = None):
     """See `Drafter.propose`; ctx.hidden is ignored."""

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from infernix_jax.models.drafters import DraftContext
-from infernix_jax.runtime.drafters.base import Drafter, Proposal
+from infernix_jax.pallas import OneHotQ
+from infernix_jax.runtime.drafters.base import Drafter, OptionError, Proposal
 
 _DRAFT_SALT = 0x0D2F  # the drafters' sampling stream (distinct from the target's)
 
@@ -62,6 +63,9 @@ class NetDrafter(Drafter):
 
   k: int = 4
   net: Any = None  # the models.drafters object (DraftModelDrafter, MTPDrafter, DFlashDrafter)
+  tree: bool = False  # a greedy token tree of k nodes (the network's propose_tree)
+  tree_shape: str = "dynamic"  # models.drafters.trees shape: "dynamic" | "topk"
+  tree_width: int = 4  # candidate children per node
 
   on_device = True
 
@@ -79,11 +83,17 @@ class NetDrafter(Drafter):
 
   def propose(self, params, state, inp):
     ctx = DraftContext(tokens=state.tokens, hidden=state.hidden, counts=state.counts)
+    done = lambda cache: dataclasses.replace(  # noqa: E731
+        state, cache=cache, counts=jnp.zeros_like(state.counts))
+    limit = jnp.minimum(jnp.asarray(inp.limit, jnp.int32), self.k)
+    if self.tree:
+      ids, parents, n, cache = self._bound(params).propose_tree(
+          state.cache, ctx, limit, width=self.tree_width, shape=self.tree_shape)
+      return Proposal(ids.astype(jnp.int32), n.astype(jnp.int32), OneHotQ(), parents), done(
+          cache)
     ids, q, cache = self._bound(params).propose(state.cache, ctx,
                                                 draft_keys(inp.seed, inp.position))
-    n = jnp.minimum(jnp.asarray(inp.limit, jnp.int32), self.k)
-    return (Proposal(ids.astype(jnp.int32), n, q),
-            dataclasses.replace(state, cache=cache, counts=jnp.zeros_like(state.counts)))
+    return Proposal(ids.astype(jnp.int32), limit, q), done(cache)
 
   def advance(self, params, state, committed):
     return dataclasses.replace(
@@ -150,3 +160,31 @@ def _append(drafter: NetDrafter, params, cache, ctx):
   keys = draft_keys(jnp.zeros((b,), jnp.uint32), jnp.zeros((b,), jnp.int32))
   _, _, cache = drafter._bound(params).propose(cache, ctx, keys)
   return cache
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeOptions:
+  """The tree fields of a network drafter's options (mixed into its options class)."""
+
+  tree: bool = False  # a greedy token tree of k nodes instead of a chain of k drafts
+  tree_shape: str = "dynamic"  # dynamic: best path score first (EAGLE-2); topk: by depth
+  tree_width: int = 4  # candidate children per tree node (the network's top-w)
+
+  def validate_tree(self, greedy: bool) -> None:
+    """Raises OptionError naming the first invalid tree field."""
+    if not isinstance(self.tree, bool):
+      raise OptionError("tree", f"tree={self.tree!r} must be true or false")
+    if self.tree and not greedy:
+      raise OptionError("tree", "token trees are drafted greedily: drop sampling=true or "
+                                "tree=true")
+    if self.tree_shape not in ("dynamic", "topk"):
+      raise OptionError("tree_shape", f"tree_shape={self.tree_shape!r} must be 'dynamic' or "
+                                      f"'topk'")
+    if isinstance(self.tree_width, bool) or not isinstance(self.tree_width, int) or not (
+        1 <= self.tree_width <= 64):
+      raise OptionError("tree_width", f"tree_width={self.tree_width!r} must be an integer in "
+                                      f"[1, 64]")
+
+  def tree_fields(self) -> dict:
+    """The NetDrafter keyword arguments of these options."""
+    return {"tree": self.tree, "tree_shape": self.tree_shape, "tree_width": self.tree_width}

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from infernix_jax.runtime.drafters._net import NetDrafter
+from infernix_jax.runtime.drafters._net import NetDrafter, TreeOptions
 from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
 
 RANDOM_LAYERS = 1  # depth of an untrained block network (weights="random")
 
-Options = TrainedOptions  # k, weights, seed (greedy: no temperature)
+
+@dataclasses.dataclass(frozen=True)
+class Options(TreeOptions, TrainedOptions):
+  """The block drafter's options: k, weights, seed (greedy: no temperature) and the tree
+  fields (`TreeOptions`: a tree over its K per-position distributions)."""
+
+  def validate(self) -> None:
+    super().validate()
+    self.validate_tree(greedy=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -34,4 +42,5 @@ def build_net(options, context, name: str, sparse: bool, temperature: float = 1.
 
 
 def build(options: Options, context) -> Block:
-  return Block(k=options.k, net=build_net(options, context, "dflash", sparse=False))
+  return Block(k=options.k, net=build_net(options, context, "dflash", sparse=False),
+               **options.tree_fields())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from infernix_jax.runtime.drafters._net import NetDrafter
+from infernix_jax.runtime.drafters._net import NetDrafter, TreeOptions
 from infernix_jax.runtime.drafters.base import DrafterOptions, OptionError
 
 
@@ -28,8 +28,9 @@ class DraftModel(NetDrafter):
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(DrafterOptions):
-  """The draft model's options."""
+class Options(TreeOptions, DrafterOptions):
+  """The draft model's options (tree fields: `TreeOptions`, a dynamic tree grown by the
+  draft model's own forwards over the tree)."""
 
   # The draft model: a path (HF directory, GGUF file or checkpoint, loaded like the target)
   # or an already loaded (ModelConfig, model) pair; it must share the target's vocabulary.
@@ -45,6 +46,7 @@ class Options(DrafterOptions):
     if isinstance(self.temperature, bool) or not (
         isinstance(self.temperature, (int, float)) and self.temperature > 0):
       raise OptionError("temperature", f"temperature={self.temperature!r} must be > 0")
+    self.validate_tree(greedy=not self.sampling)
 
 
 def build(options: Options, context) -> DraftModel:
@@ -71,4 +73,4 @@ def build(options: Options, context) -> DraftModel:
   temperature = float(options.temperature) if options.sampling else 0.0
   net = md.DraftModelDrafter.from_model(model, k=options.k, temperature=temperature,
                                         target_width=width)
-  return DraftModel(k=options.k, net=net)
+  return DraftModel(k=options.k, net=net, **options.tree_fields())

@@ -19,8 +19,10 @@ class JumpForward(Drafter):
   host drafter, the inner one continues after the forced tokens. Around a device drafter
   (which drafts before the forced tokens are known), the forced tokens take the first
   positions and the inner proposal keeps the positions after them (its q there unchanged;
-  one-hot q at the forced positions). The target verifies every draft, so the output stays
-  lossless.
+  one-hot q at the forced positions). Around a tree drafter on the host, the forced tokens
+  form a chain and the tree hangs off the last one; a device tree (drafted before the forced
+  tokens are known) is replaced by the forced chain on lanes that have forced tokens. The
+  target verifies every draft, so the output stays lossless.
   """
 
   k: int = 4
@@ -80,6 +82,13 @@ class JumpForward(Drafter):
       return Proposal(drafts, n.astype(np.int32), prop.q, parents), state
     prop, state = self.inner.propose(params, state, inp)
     n_forced = jnp.minimum(inp.n_forced, inp.limit)  # [B]
+    if prop.parents is not None:  # a device tree, drafted before the forced tokens were known:
+      # a lane with forced tokens drafts them alone (a chain), the others keep their tree
+      has = n_forced > 0
+      chain = jnp.broadcast_to(jnp.arange(-1, self.k - 1, dtype=jnp.int32), prop.parents.shape)
+      return Proposal(jnp.where(has[:, None], inp.forced, prop.drafts).astype(jnp.int32),
+                      jnp.where(has, n_forced, prop.n).astype(jnp.int32), prop.q,
+                      jnp.where(has[:, None], chain, prop.parents)), state
     forced = jnp.arange(self.k)[None, :] < n_forced[:, None]  # [B, K]
     drafts = jnp.where(forced, inp.forced, prop.drafts)
     n = jnp.maximum(n_forced, prop.n).astype(jnp.int32)
