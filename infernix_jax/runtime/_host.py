@@ -262,16 +262,20 @@ class HostState:
     self.stats["mask_seconds"] += seconds
 
   def tree_masks(self, drafts: np.ndarray, parents: np.ndarray, n_nodes: np.ndarray,
-                 prune: bool):
+                 prune: bool, budget: int):
     """Masks of every node of the constrained lanes' draft trees (`constrain.tree`), and
-    with `prune` the nodes the grammar rules out dropped before the verify.
+    with `prune` the nodes the grammar rules out dropped before the verify; then the first
+    `budget` nodes of each tree are kept (proposals list their nodes best first, parents
+    first, so any prefix is a tree).
 
     Args:
-      drafts, parents: i32[B, N] tree proposals (`Proposal.parents`); n_nodes: i32[B].
+      drafts, parents: i32[B, C] tree proposals (`Proposal.parents`); n_nodes: i32[B].
+      budget: K, the nodes a round verifies (<= C).
 
     Returns:
       (drafts, parents, n_nodes, mask i32[B, N + 1, W], states int8[B, N + 1], enabled
-      bool[B]); a lane whose walk raised fails alone (disabled, its tree unpruned).
+      bool[B]) with N = min(C, budget); a lane whose walk raised fails alone (disabled, its
+      tree unpruned).
     """
     from infernix_jax.constrain import tree as ctree
     from infernix_jax.runtime import _tree
@@ -299,6 +303,10 @@ class HostState:
       for i in np.flatnonzero(pruned):
         self.lanes[i].report.pruned_nodes += int(pruned[i])
       self.stats["pruned_nodes"] += int(pruned.sum())
+    if budget < p - 1:  # the best `budget` (legal, under masked q) nodes are verified
+      drafts, parents = drafts[:, :budget], parents[:, :budget]
+      n_nodes = np.minimum(n_nodes, budget)
+      buf, states = np.ascontiguousarray(buf[:, :budget + 1]), states[:, :budget + 1]
     self._record_masks(buf, states, enabled, time.perf_counter() - t0)
     return drafts, parents, n_nodes, buf, states, enabled
 

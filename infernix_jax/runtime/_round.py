@@ -302,8 +302,9 @@ def _tree_round(io, rs: RoundState, args: RoundArgs, st: RoundStatics, inp, prop
   """The round of a tree drafter: masks for every node (the grammar's walk of the tree, which
   prunes illegal nodes under masked q) before one tree verify, acceptance over the tree, and
   the accepted path's K/V kept. The trace and other sampling laws refuse tree drafters."""
+  prop, mask, states, enabled = io.tree_masks(inp.constrained, prop, st.masked_q,
+                                              st.drafter.k)
   p = prop.drafts.shape[1] + 1
-  prop, mask, states, enabled = io.tree_masks(inp.constrained, prop, st.masked_q)
   if st.device_automaton:
     mask, states, enabled = io.tree_automaton(args.automaton, inp.nodes, inp.trie_rows, prop,
                                               mask, states, enabled)
@@ -406,8 +407,9 @@ class HostCallbacks:
     mask, states, enabled = self.host.masks(drafts, n)
     return mask, np.asarray(states, np.int8), np.asarray(enabled, bool)
 
-  def tree_masks(self, drafts, parents, n, prune):
-    drafts, parents, n, mask, states, enabled = self.host.tree_masks(drafts, parents, n, prune)
+  def tree_masks(self, drafts, parents, n, prune, budget):
+    drafts, parents, n, mask, states, enabled = self.host.tree_masks(drafts, parents, n, prune,
+                                                                     budget)
     return (np.asarray(drafts, np.int32), np.asarray(parents, np.int32), np.asarray(n, np.int32),
             mask, np.asarray(states, np.int8), np.asarray(enabled, bool))
 
@@ -557,15 +559,16 @@ class StagesIO:
       tl.add("upload", t0)
     return out
 
-  def tree_masks(self, constrained, prop, masked_q):
-    """Every node's mask (host walk), illegal nodes pruned under masked q, before the verify;
-    (prop, None, None, None) when no lane is host-constrained."""
+  def tree_masks(self, constrained, prop, masked_q, budget):
+    """Every node's mask (host walk), illegal nodes pruned under masked q, the best `budget`
+    nodes kept, before the verify; (prop, None, None, None) when no lane is host-constrained
+    (its first `budget` nodes kept)."""
     if not constrained:
-      return prop, None, None, None
+      return _tree.truncate(prop, budget), None, None, None
     t0 = time.perf_counter()
     drafts, parents, n = jax.device_get((prop.drafts, prop.parents, prop.n))
     drafts, parents, n, mask, states, enabled = self.steps.host.tree_masks(drafts, parents, n,
-                                                                          masked_q)
+                                                                          masked_q, budget)
     if self.timeline is not None:
       self.timeline.add("lookahead", t0)
     prop = dataclasses.replace(prop, drafts=drafts, parents=parents, n=n)
@@ -681,16 +684,18 @@ class CallbackIO:
     return min_tokens_step(mask, states, enabled, eos_block, depth, positions=p,
                            vocab_size=st.vocab_size, eos_ids=st.eos_ids)
 
-  def tree_masks(self, constrained, prop, masked_q):
-    """Every node's mask through one callback (fixed shapes: pruned nodes leave padding)."""
+  def tree_masks(self, constrained, prop, masked_q, budget):
+    """Every node's mask through one callback (fixed shapes: pruned nodes leave padding);
+    the best `budget` nodes are kept."""
     shapes = self.shapes["tree_masks"]
 
     def fill(drafts, parents, n):
-      return io_callback(functools.partial(self.steps.tree_masks, prune=masked_q), shapes,
-                         drafts, parents, n)
+      return io_callback(functools.partial(self.steps.tree_masks, prune=masked_q,
+                                           budget=budget), shapes, drafts, parents, n)
 
     def skip(drafts, parents, n):
-      return (drafts, parents, n, jnp.zeros(shapes[3].shape, jnp.int32),
+      cut = _tree.truncate(Proposal(drafts, n, None, parents), budget)
+      return (cut.drafts, cut.parents, cut.n, jnp.zeros(shapes[3].shape, jnp.int32),
               jnp.full(shapes[4].shape, mask_layout.UNREACHABLE, jnp.int8),
               jnp.zeros(shapes[5].shape, bool))
 
@@ -711,7 +716,8 @@ class CallbackIO:
                         lambda c, d: (c, d), cache, state)
 
 
-def _shapes(b: int, k: int, w: int) -> dict:
+def _shapes(b: int, k: int, w: int, c: int) -> dict:
+  """Callback result shapes: B lanes, K drafts, W mask words, C tree candidates (>= K)."""
   i32, s = jnp.int32, jax.ShapeDtypeStruct
   p = k + 1
   lane = s((b,), i32)
@@ -721,7 +727,7 @@ def _shapes(b: int, k: int, w: int) -> dict:
       "begin": RoundInputs(draft=draft, constrained=s((), jnp.bool_), nodes=lane,
                            trie_rows=s((b,), jnp.bool_), eos_block=lane),
       "propose": (s((b, k), i32), lane),
-      "propose_tree": (s((b, k), i32), lane, s((b, k), i32)),
+      "propose_tree": (s((b, c), i32), lane, s((b, c), i32)),
       "tree_masks": (s((b, k), i32), s((b, k), i32), lane, s((b, p, w), i32),
                      s((b, p), jnp.int8), s((b,), jnp.bool_)),
       "advance": s((), i32),
@@ -764,7 +770,7 @@ def run_callback(host, rs: RoundState, args: RoundArgs, st: RoundStatics, rounds
                  stop_when) -> RoundState:
   """Up to `rounds` rounds in one compiled loop on the `callback` bridge. A host drafter's
   state leaves the traced carry for the loop's duration: its callbacks keep it."""
-  key = (st.lanes, st.drafter.k, st.words)
+  key = (st.lanes, st.drafter.k, st.words, st.drafter.candidates)
   io = _CALLBACK_IO.get(key)
   if io is None:
     io = _CALLBACK_IO[key] = CallbackIO(HostCallbacks(), _shapes(*key))

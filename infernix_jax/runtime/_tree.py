@@ -109,12 +109,12 @@ def prune(drafts, parents, n, mask, states, enabled):
   return drafts, parents, n, mask, states, pruned
 
 
-def host_depth(parents, n) -> np.ndarray:
-  """i32[B, N] depth of each drafted node (1 for the anchor's children; 0 past n)."""
-  parents = np.asarray(parents)
-  depth = np.zeros(parents.shape, np.int32)
-  for b in range(parents.shape[0]):
-    for j in range(int(n[b])):
-      p = int(parents[b, j])
-      depth[b, j] = 1 if p < 0 else depth[b, p] + 1
-  return depth
+def truncate(prop, budget: int):
+  """The proposal's first `budget` nodes (a tree's nodes come best first, parents first, so
+  a prefix is a tree); unchanged when it holds no more. numpy or traced arrays."""
+  if prop.drafts.shape[1] <= budget:
+    return prop
+  n = prop.n
+  n = np.minimum(n, budget) if isinstance(n, np.ndarray) else jnp.minimum(n, budget)
+  return dataclasses.replace(prop, drafts=prop.drafts[:, :budget],
+                             parents=prop.parents[:, :budget], n=n)

@@ -61,7 +61,8 @@ def test_names_and_errors():
 def test_options_validation():
   """Unknown fields name the drafter and list its fields; command-line strings convert to
   the field's type; an options mapping and keyword overrides combine."""
-  assert drafters.fields("ngram") == {"k": 4, "n": 3, "min_n": 1, "tree": False}
+  assert drafters.fields("ngram") == {"k": 4, "n": 3, "min_n": 1, "tree": False,
+                                     "overdraft": 2}
   assert drafters.fields("none") == {}
   e = _param(lambda: drafters.options("ngram", {"m": 2}))
   assert e.param == "drafter_options.m"

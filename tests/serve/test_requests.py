@@ -71,6 +71,9 @@ def test_speculative_options():
   assert chat(speculative={"k": 2}).max_drafts == 2
   assert chat(speculative={"drafter": "none"}).max_drafts == 0
   assert chat(speculative={"drafter": "ngram", "k": 4}).max_drafts == 4
+  assert chat(speculative={"history": "orders"}).options["draft_history"] == "orders"
+  assert chat(speculative={"history": None}).options["draft_history"] is None
+  assert "draft_history" not in chat(speculative={"k": 2}).options
   assert chat().max_drafts is None
 
 
@@ -118,6 +121,7 @@ def test_speculative_options():
     ({"messages": MSG, "speculative": {"drafter": "mtp"}}, "speculative.drafter"),
     ({"messages": MSG, "speculative": {"k": 9}}, "speculative.k"),
     ({"messages": MSG, "speculative": {"depth": 2}}, "speculative.depth"),
+    ({"messages": MSG, "speculative": {"history": 3}}, "speculative.history"),
     ({"messages": MSG, "unknown_field": 1}, "unknown_field"),
     ({"messages": MSG, "law_tolerance": "small"}, "law_tolerance"),
     ({"messages": MSG, "law_tolerance": -1}, "law_tolerance"),

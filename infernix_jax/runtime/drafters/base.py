@@ -161,6 +161,12 @@ class Drafter:
     if self.k < 0:
       raise ValueError(f"draft length k={self.k} must be >= 0")
 
+  @property
+  def candidates(self) -> int:
+    """Nodes a tree proposal may hold (>= k): the round verifies the k best of them that
+    the grammar allows (drafts after pruning beyond k are dropped)."""
+    return self.k
+
   def init(self, spec: DrafterSpec) -> tuple[Any, Any]:
     """(params, state) for `spec.lanes` empty lanes: params never change between rounds."""
     return None, None

@@ -57,6 +57,10 @@ class JumpForward(Drafter):
   def tree(self):  # type: ignore[override]
     return self.inner is not None and self.inner.tree
 
+  @property
+  def candidates(self):  # type: ignore[override]
+    return self.k if self.inner is None else self.inner.candidates
+
   def init(self, spec):
     return (None, None) if self.inner is None else self.inner.init(spec)
 
@@ -68,11 +72,13 @@ class JumpForward(Drafter):
       n_forced = np.minimum(inp.n_forced, inp.limit)
       rest = dataclasses.replace(inp, limit=inp.limit - n_forced)
       prop, state = self.inner.propose(params, state, rest)
-      drafts = np.array(inp.forced, np.int32, copy=True)  # [B, K]
+      width = prop.drafts.shape[1]  # K, or a host tree's candidates
+      drafts = np.zeros((len(n_forced), width), np.int32)  # [B, K]
+      drafts[:, :self.k] = inp.forced
       n = n_forced + prop.n
       parents = None
       if prop.parents is not None:  # the inner tree hangs off the last forced token
-        parents = np.broadcast_to(np.arange(-1, self.k - 1, dtype=np.int32), drafts.shape).copy()
+        parents = np.broadcast_to(np.arange(-1, width - 1, dtype=np.int32), drafts.shape).copy()
       for b in np.flatnonzero(prop.n):
         f, m = int(n_forced[b]), int(prop.n[b])
         drafts[b, f:f + m] = prop.drafts[b, :m]

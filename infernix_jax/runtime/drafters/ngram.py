@@ -114,8 +114,13 @@ class NGramDrafter(Drafter):
   n: int = 3  # longest n-gram matched (tried first)
   min_n: int = 1  # shortest n-gram matched
   tree: bool = False  # a token tree of up to k nodes (every match's continuation merged)
+  overdraft: int = 2  # a tree proposes overdraft * k nodes; the k best legal ones are verified
 
   name = "ngram"
+
+  @property
+  def candidates(self):  # type: ignore[override]
+    return self.k * self.overdraft if self.tree else self.k
 
   def __post_init__(self):
     super().__post_init__()
@@ -128,16 +133,16 @@ class NGramDrafter(Drafter):
 
   def propose(self, params, state, inp):
     b = len(state)
-    drafts = np.zeros((b, self.k), np.int32)  # [B, K]
+    drafts = np.zeros((b, self.candidates), np.int32)  # [B, K] (a tree: [B, candidates])
     n = np.zeros((b,), np.int32)
-    parents = np.full((b, self.k), -1, np.int32)
+    parents = np.full((b, self.candidates), -1, np.int32)
     for i, index in enumerate(state):
       limit = int(inp.limit[i])
       if index is None or limit <= 0:
         continue
       extra = inp.forced[i, :int(inp.n_forced[i])].tolist()
       if self.tree:
-        got, up = index.propose_tree(self.k - len(extra), limit, extra)
+        got, up = index.propose_tree(self.candidates - len(extra), limit, extra)
         parents[i, :len(up)] = up
       else:
         got = index.propose(limit, extra)
@@ -168,9 +173,14 @@ class Options(DrafterOptions):
   n: int = 3  # the longest n-gram matched (tried first)
   min_n: int = 1  # the shortest n-gram matched
   tree: bool = False  # a token tree of up to k nodes: every match's continuation, merged
+  overdraft: int = 2  # a tree proposes overdraft * k nodes; the k best legal ones are verified
 
   def validate(self) -> None:
     super().validate()
+    if isinstance(self.overdraft, bool) or not isinstance(self.overdraft, int) or not (
+        1 <= self.overdraft <= 8):
+      raise OptionError("overdraft", f"overdraft={self.overdraft!r} must be an integer in "
+                                     f"[1, 8]")
     for name in ("n", "min_n"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -182,4 +192,5 @@ class Options(DrafterOptions):
 
 
 def build(options: Options, context) -> NGramDrafter:
-  return NGramDrafter(k=options.k, n=options.n, min_n=options.min_n, tree=options.tree)
+  return NGramDrafter(k=options.k, n=options.n, min_n=options.min_n, tree=options.tree,
+                      overdraft=options.overdraft)

@@ -64,8 +64,13 @@ class SuffixDrafter(Drafter):
   max_match: int = 20  # the longest context suffix matched
   min_score: float = 0.0  # nodes must score above it (a path's empirical probability)
   max_nodes: int = 400_000  # the most trie nodes of one history (oldest outputs evicted)
+  overdraft: int = 2  # a tree proposes overdraft * k nodes; the k best legal ones are verified
 
   name = "suffix"
+
+  @property
+  def candidates(self):  # type: ignore[override]
+    return self.k * self.overdraft if self.tree else self.k
 
   def init(self, spec):
     return None, SuffixState(lanes=[None] * spec.lanes)
@@ -102,15 +107,15 @@ class SuffixDrafter(Drafter):
 
   def propose(self, params, state, inp):
     b = len(state.lanes)
-    drafts = np.zeros((b, self.k), np.int32)
-    parents = np.full((b, self.k), -1, np.int32)
+    drafts = np.zeros((b, self.candidates), np.int32)
+    parents = np.full((b, self.candidates), -1, np.int32)
     n = np.zeros((b,), np.int32)
     for i, x in enumerate(state.lanes):
       limit = int(inp.limit[i])
       if x is None or limit <= 0:
         continue
       extra = inp.forced[i, :int(inp.n_forced[i])].tolist()
-      budget = self.k - len(extra)
+      budget = (self.candidates if self.tree else self.k) - len(extra)
       if budget <= 0:
         continue
       spec = self._speculate(state, x, x.tokens + extra, budget, limit)
@@ -170,9 +175,14 @@ class Options(DrafterOptions):
   max_match: int = 20  # the longest context suffix matched
   min_score: float = 0.0  # a node's path probability must exceed it
   max_nodes: int = 400_000  # the most trie nodes of one history (oldest outputs evicted)
+  overdraft: int = 2  # a tree proposes overdraft * k nodes; the k best legal ones are verified
 
   def validate(self) -> None:
     super().validate()
+    if isinstance(self.overdraft, bool) or not isinstance(self.overdraft, int) or not (
+        1 <= self.overdraft <= 8):
+      raise OptionError("overdraft", f"overdraft={self.overdraft!r} must be an integer in "
+                                     f"[1, 8]")
     if not isinstance(self.tree, bool):
       raise OptionError("tree", f"tree={self.tree!r} must be true or false")
     for name, low in (("max_depth", 2), ("max_match", 1)):
@@ -195,4 +205,4 @@ class Options(DrafterOptions):
 def build(options: Options, context) -> SuffixDrafter:
   return SuffixDrafter(k=options.k, tree=options.tree, max_depth=options.max_depth,
                        max_match=options.max_match, min_score=float(options.min_score),
-                       max_nodes=options.max_nodes)
+                       max_nodes=options.max_nodes, overdraft=options.overdraft)
