@@ -30,7 +30,7 @@ def _goals(rows, temperatures) -> list[str]:
     out.append(f"| {what} | {t:g} | {_fmt(value)} | {goal} | {mark} |")
 
   for t in temperatures:
-    for drafter in ("ngram", "suffix", "dflash"):
+    for drafter in ("ngram", "suffix", "mtp", "dflash"):
       tree, chain = _row(rows, 1, t, f"{drafter} tree"), _row(rows, 1, t, f"{drafter} chain")
       r = _ratio(tree, chain, "accepted_length")
       line(f"{drafter} tree vs chain, accepted length", t, r, ">= 1.25x",
@@ -75,9 +75,9 @@ def write_report(results, path: Path) -> None:
       f"fresh engine after `warmup()`, constraints compiled beforehand"
       + (" (**--quick: a smoke run, not a measurement**)" if meta.get("quick") else "") + ".",
       "",
-      f"- Part 1: trees vs chains of the same drafter (n-gram; suffix; the trained block "
-      f"drafter dflash, its tree over its K per-position distributions) at an equal verify "
-      f"budget: a chain of "
+      f"- Part 1: trees vs chains of the same drafter (n-gram; suffix; the trained MTP head, "
+      f"whose tree runs the head on each node; the trained block drafter dflash, its tree "
+      f"over its K per-position distributions) at an equal verify budget: a chain of "
       f"K = {meta['k']} drafts or a tree of {meta['k']} nodes (both verify {meta['k'] + 1} "
       f"positions with the anchor), with jump-forward, on {meta['prompts']} JSON Schema and "
       f"tool-call validation prompts of the distillation mix, JSON-constrained, "
@@ -106,8 +106,11 @@ def write_report(results, path: Path) -> None:
       "tree merges the continuations of every earlier match of the context's suffix "
       "(most travelled first), the suffix tree grows best first by empirical path "
       "probability. Where one continuation dominates, the tree and the chain coincide.",
-      "- Pruned nodes are tree nodes the grammar ruled out before the verify (masked q): "
-      "they cost a host walk but no verified position.",
+      "- Host trees (n-gram, suffix) list twice their budget of candidates best first "
+      "(`overdraft=2`); the grammar prunes the illegal ones (the pruned-nodes column) and "
+      "the 7 best legal nodes are verified, so pruning costs a host walk but no verified "
+      "position. The network drafters' trees (no overdraft) are pruned inside their budget: "
+      "the drafted column counts the nodes verified.",
       "- Greedy outputs are identical across configurations (the exactness tests guard "
       "it); at T = 0.7 each configuration samples the same law with different draws.",
       "",

@@ -2,9 +2,9 @@
 embedded SmolLM2 (one run, the same prompts on every side).
 
 Part 1, trees vs chains at an equal verify budget: each drafter (n-gram, suffix, the trained
-block drafter) proposes a chain of K = 7 drafts or a tree of 7 nodes (8 verified positions either way, the anchor included), with
-jump-forward, on the JSON Schema and tool-call validation prompts of the distillation mix,
-JSON-constrained.
+MTP head and block drafter) proposes a chain of K = 7 drafts or a tree of 7 nodes (8 verified positions
+either way, the anchor included), with jump-forward, on the JSON Schema and tool-call
+validation prompts of the distillation mix, JSON-constrained.
 Part 2, the suffix workload: 50 requests over 5 JSONSchemaBench schemas (10 documents per
 schema asked one after another, so later documents see the earlier outputs of their schema),
 suffix decoding (its tree, K = 7 nodes) against n-gram + jump-forward chains (K = 4, and
@@ -16,7 +16,8 @@ tokens per round, tokens/s is output tokens over the measured wall time.
 
   .venv/bin/python benchmarks/trees.py [--quick] [--write]
 
-`--write` writes docs/results/trees.md and docs/results/trees.json.
+`--write` writes docs/results/trees.md and docs/results/trees.json (`--report-from FILE`
+rewrites the page from such a JSON).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ PART1 = {
     "ngram tree": ("ngram", {"k": K, "tree": True}, True),
     "suffix chain": ("suffix", {"k": K, "tree": False}, True),
     "suffix tree": ("suffix", {"k": K}, True),
+    "mtp chain": ("mtp", {"k": K}, True),
+    "mtp tree": ("mtp", {"k": K, "tree": True}, True),
     "dflash chain": ("dflash", {"k": K}, True),
     "dflash tree": ("dflash", {"k": K, "tree": True}, True),
 }
@@ -64,6 +67,8 @@ def parse_args(argv=None):
   ap.add_argument("--quick", action="store_true", help="2 prompts, 2 schemas x 3, 24 tokens")
   ap.add_argument("--write", action="store_true", help="write docs/results/trees.{md,json}")
   ap.add_argument("--json", default="", help="also write the results here")
+  ap.add_argument("--report-from", default="",
+                  help="rewrite docs/results/trees.md from a results JSON of this script")
   args = ap.parse_args(argv)
   args.temperatures = [float(t) for t in args.temperatures.split(",")]
   if args.quick:
@@ -135,6 +140,10 @@ def measure(loaded, compiler, label, config, requests) -> dict:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.report_from:
+    from _trees_report import write_report
+    write_report(json.loads(Path(args.report_from).read_text()), ROOT / "docs/results/trees.md")
+    return 0
   import _timing
   from infernix_jax import constrain as ic
   from infernix_jax.runtime import compile_cache

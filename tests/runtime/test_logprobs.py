@@ -26,7 +26,7 @@ def _engine(name: str) -> Engine:
   options = {"k": 3, "n": 2} if name == "ngram" else {"k": 3, "sampling": True,
                                                      "model": h.tiny_model(seed=1)}
   if name == "ngram/tree":  # token trees: each output token at its node's row
-    name, options = "ngram", {"k": 4, "n": 2, "tree": True}
+    name, options = "ngram", {"k": 2, "n": 2, "tree": True}
   drafter = drafters.create(name, options, target=(cfg, model), jump_forward=name == "ngram")
   return Engine(model, h.toy_vocab(), drafter, lanes=4, capacity=32)
 

@@ -246,8 +246,9 @@ def test_grow_picks_candidates_like_a_best_first_oracle(shape):
   logits = rng.normal(size=(b, k, v)).astype(np.float32) * 2
   limit = np.array([5, 2, 1, 0, 3, 5], np.int32)
   rows = jnp.arange(b)
-  expand = lambda c, ids, depth, anc, j: (jnp.asarray(logits)[rows, jnp.minimum(  # noqa: E731
-      depth[:, j], k - 1)], c)
+  def expand(c, ids, parents, depth, anc, j):  # position d's distribution at depth d
+    return jnp.asarray(logits)[rows, jnp.minimum(depth[:, j], k - 1)], c
+
   ids, parents, n, _ = jax.jit(lambda lg, lim: trees.grow(lg, expand, (), lim, n=k,
                                                            width=width, shape=shape))(
       jnp.asarray(logits[:, 0]), jnp.asarray(limit))

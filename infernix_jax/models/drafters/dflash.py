@@ -130,7 +130,7 @@ def propose_dflash_tree(graphdef, state, head: TargetHead, cache: KVCache, ctx: 
   logits, cache = net(ctx.hidden, ctx.counts, anchors, head, cache, k)  # [B, K, Vm]
   rows = jnp.arange(logits.shape[0])
 
-  def expand(c, ids, depth, anc, j):  # children of a node at depth d: position d's top-w
+  def expand(c, ids, parents, depth, anc, j):  # a node at depth d: position d's top-w
     return logits[rows, jnp.minimum(depth[:, j], k - 1)], c
 
   ids, parents, count, _ = trees.grow(logits[:, 0], expand, (), limit, n=k, width=width,

@@ -67,7 +67,7 @@ def propose_draft_tree(graphdef, state, cache: KVCache, tokens, counts, limit, *
   hidden, cache = model(tokens, cache)  # [B, C, D]
   committed = cache.lengths + counts
 
-  def expand(c, ids, depth, anc, j):
+  def expand(c, ids, parents, depth, anc, j):
     h, c = model(ids, c.with_lengths(committed), tree=(depth - 1, anc))        # [B, N, D]
     return model.logits(h[:, j]), c
 

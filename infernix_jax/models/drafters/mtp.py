@@ -18,6 +18,7 @@ from flax import nnx
 
 from infernix_jax.models import layers
 from infernix_jax.models.config import ModelConfig
+from infernix_jax.models.drafters import trees
 from infernix_jax.models.drafters.base import DraftContext, OneHotQ, TargetHead, last_valid
 from infernix_jax.models.kv_cache import KVCache
 from infernix_jax.models.transformer import DecoderLayers, cached_layers, init_param
@@ -39,15 +40,17 @@ class MTPHead(nnx.Module):
     self.layers = DecoderLayers(self.cfg, 1, rngs=rngs)
     self.final_norm = nnx.Param(jnp.ones((d,), dtype))
 
-  def __call__(self, hidden: jax.Array, tokens: jax.Array, head: TargetHead, cache: KVCache):
-    """hidden [B, T, D] (state that predicted tokens), tokens [B, T] -> g [B, T, D], cache."""
+  def __call__(self, hidden: jax.Array, tokens: jax.Array, head: TargetHead, cache: KVCache,
+               tree=None):
+    """hidden [B, T, D] (state that predicted tokens), tokens [B, T] -> g [B, T, D], cache;
+    `tree` = (depth, ancestors): the tokens are a token tree's nodes (tree attention)."""
     eps = self.cfg.norm_eps
     emb = jnp.take(head.embed, tokens, axis=0).astype(hidden.dtype)
     fused = jnp.concatenate([layers.rms_norm(hidden, self.hidden_norm[...], eps),
                              layers.rms_norm(emb, self.embed_norm[...], eps)], axis=-1)
     x = fused @ self.proj[...]  # [B, T, D]
     x, k, v = cached_layers(self.cfg, self.layers.params(), x, cache.k, cache.v,
-                            cache.lengths)
+                            cache.lengths, tree=tree)
     return x, KVCache(k=k, v=v, lengths=cache.lengths)
 
   def logits(self, g: jax.Array, head: TargetHead) -> jax.Array:
@@ -81,6 +84,38 @@ def propose_mtp(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftCon
   return ids, cache.with_lengths(committed)
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef", "k", "width", "shape"),
+                   donate_argnames=("cache",))
+def propose_mtp_tree(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftContext,
+                     limit, *, k: int, width: int, shape: str):
+  """Appends the context pairs to the MTP cache, then grows a greedy token tree of up to K
+  nodes (`trees.grow`): a node's state g comes from the head over (its parent's g, its
+  token), one tree-attention call over the tree so far, as the chain's steps do one by one.
+
+  Returns:
+    (ids i32[B, K], parents i32[B, K], n_nodes i32[B], cache with lengths advanced by
+    ctx.counts).
+  """
+  mtp = nnx.merge(graphdef, state)
+  g, cache = mtp(ctx.hidden.astype(mtp.cfg.jnp_dtype), ctx.tokens, head, cache)
+  committed = cache.lengths + ctx.counts
+  root = last_valid(g, ctx.counts)  # [B, D]
+  b, d = root.shape
+  rows = jnp.arange(b)[:, None]
+
+  def expand(c, ids, parents, depth, anc, j):
+    cache, gs = c
+    up = jnp.where((parents >= 0)[..., None], gs[rows, jnp.maximum(parents, 0)],
+                   root[:, None])                                              # [B, K, D]
+    out, cache = mtp(up, ids, head, cache.with_lengths(committed), tree=(depth - 1, anc))
+    return mtp.logits(out[:, j], head), (cache, out)
+
+  carry = (cache.with_lengths(committed), jnp.zeros((b, k, d), root.dtype))
+  ids, parents, count, (cache, _) = trees.grow(mtp.logits(root, head), expand, carry, limit,
+                                               n=k, width=width, shape=shape)
+  return ids, parents, count, cache.with_lengths(committed)
+
+
 @dataclasses.dataclass(frozen=True)
 class MTPDrafter:
   """Greedy MTP drafting (q one-hot).
@@ -110,6 +145,14 @@ class MTPDrafter:
   def init_state(self, batch: int, capacity: int) -> KVCache:
     """An empty one-layer KV cache."""
     return KVCache.init(self.cfg, batch=batch, capacity=capacity)
+
+  def propose_tree(self, dstate: KVCache, ctx: DraftContext, limit, *, width: int,
+                   shape: str):
+    """A greedy token tree of K nodes (`propose_mtp_tree`) -> (ids, parents, n_nodes,
+    cache)."""
+    return propose_mtp_tree(self.graphdef, self.state, self.head, dstate, ctx,
+                            jnp.asarray(limit, jnp.int32), k=self.k, width=width,
+                            shape=shape)
 
   def propose(self, dstate: KVCache, ctx: DraftContext, keys: jax.Array | None = None):
     """See `Drafter.propose`; keys are unused (greedy)."""

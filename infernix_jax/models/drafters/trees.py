@@ -29,9 +29,9 @@ def grow(first_logits, expand: Callable, carry: Any, limit, *, n: int, width: in
 
   Args:
     first_logits: [B, Vm] the drafter's distribution after the anchor.
-    expand: (carry, ids i32[B, N], depth i32[B, N], ancestors bool[B, N, N], j) -> (logits
-      [B, Vm] after node j's root path, carry); ids/depth/ancestors describe nodes 0..j
-      (later entries are padding: depth 1, ancestors only themselves).
+    expand: (carry, ids i32[B, N], parents i32[B, N], depth i32[B, N], ancestors bool[B, N,
+      N], j) -> (logits [B, Vm] after node j's root path, carry); the arrays describe nodes
+      0..j (later entries are padding: parent -1, depth 1, ancestors only themselves).
     carry: what expand threads (e.g. the draft model's cache).
     limit: i32[B] the deepest node allowed per row (0: no node).
     n, width, shape: static: nodes, candidates per node, "dynamic" | "topk".
@@ -72,7 +72,7 @@ def grow(first_logits, expand: Callable, carry: Any, limit, *, n: int, width: in
     depth = s["depth"].at[:, j].set(jnp.where(ok, dep, 1))
     up = jnp.where((ok & (par >= 0))[:, None], s["anc"][rows, jnp.maximum(par, 0)], False)
     anc = s["anc"].at[:, j].set(up | (jnp.arange(n)[None, :] == j))
-    logits, carry = expand(s["carry"], ids, depth, anc, j)
+    logits, carry = expand(s["carry"], ids, parents, depth, anc, j)
     new_ids, new_score = children(logits, sc)
     lo = width * (j + 1)
     put = lambda x, v: jax.lax.dynamic_update_slice(x, v.astype(x.dtype), (0, lo))  # noqa: E731

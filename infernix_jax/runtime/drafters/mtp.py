@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from infernix_jax.runtime.drafters._net import NetDrafter
+from infernix_jax.runtime.drafters._net import NetDrafter, TreeOptions
 from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
 
-Options = TrainedOptions  # k, weights, seed
+
+@dataclasses.dataclass(frozen=True)
+class Options(TreeOptions, TrainedOptions):
+  """The MTP head's options: k, weights, seed and the tree fields (`TreeOptions`: a tree
+  whose every node runs the head on its parent's state)."""
+
+  def validate(self) -> None:
+    super().validate()
+    self.validate_tree(greedy=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -28,4 +36,5 @@ def build(options: Options, context) -> MTP:
   head = md.TargetHead.from_model(model)
   net = network(options, context, "mtp", "mtp",
                 lambda cfg: md.MTPHead(cfg, rngs=nnx.Rngs(options.seed)))
-  return MTP(k=options.k, net=md.MTPDrafter.create(net, head, options.k))
+  return MTP(k=options.k, net=md.MTPDrafter.create(net, head, options.k),
+             **options.tree_fields())
