@@ -28,7 +28,7 @@ def run_cli(args):
     (["generate", "--max-tokens=0"], "--max-tokens"),
     (["generate", "--bridge=fast"], "--bridge"),
     (["generate", "--drafter=magic"], "--drafter: unknown drafter 'magic'; known drafters: "
-                                      "none, ngram, jump"),
+                                      "none, ngram, suffix, jump"),
     (["generate", "--backend=magic"], "--backend: 'magic' must be auto or one of xgrammar, "
                                       "trie, llguidance"),
     (["generate", "--drafter=draft"], "--drafter-opt model=...: drafter 'draft'"),
