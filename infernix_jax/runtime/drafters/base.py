@@ -204,6 +204,12 @@ class Drafter:
     return state
 
 
+def check_overdraft(value: Any) -> None:
+  """The `overdraft` option of a host tree drafter (candidates per verified node, 1..8)."""
+  if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+    raise OptionError("overdraft", f"overdraft={value!r} must be an integer in [1, 8]")
+
+
 def one_hot_rows(q: Any, drafts: Any, rows: Any) -> Any:
   """q with the cells `rows` replaced by one-hot q of drafts i32[B, K] (traced).
 

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime.drafters.base import Drafter, DrafterOptions, OptionError, Proposal
+from infernix_jax.runtime.drafters.base import (Drafter, DrafterOptions, OptionError, Proposal,
+                                                check_overdraft)
 
 
 class NGramIndex:
@@ -177,10 +178,7 @@ class Options(DrafterOptions):
 
   def validate(self) -> None:
     super().validate()
-    if isinstance(self.overdraft, bool) or not isinstance(self.overdraft, int) or not (
-        1 <= self.overdraft <= 8):
-      raise OptionError("overdraft", f"overdraft={self.overdraft!r} must be an integer in "
-                                     f"[1, 8]")
+    check_overdraft(self.overdraft)
     for name in ("n", "min_n"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -25,7 +25,8 @@ import numpy as np
 
 from infernix_jax.pallas import OneHotQ
 from infernix_jax.runtime.drafters._suffix_index import SuffixIndex, Speculation
-from infernix_jax.runtime.drafters.base import Drafter, DrafterOptions, OptionError, Proposal
+from infernix_jax.runtime.drafters.base import (Drafter, DrafterOptions, OptionError, Proposal,
+                                                check_overdraft)
 
 
 @dataclasses.dataclass
@@ -179,10 +180,7 @@ class Options(DrafterOptions):
 
   def validate(self) -> None:
     super().validate()
-    if isinstance(self.overdraft, bool) or not isinstance(self.overdraft, int) or not (
-        1 <= self.overdraft <= 8):
-      raise OptionError("overdraft", f"overdraft={self.overdraft!r} must be an integer in "
-                                     f"[1, 8]")
+    check_overdraft(self.overdraft)
     if not isinstance(self.tree, bool):
       raise OptionError("tree", f"tree={self.tree!r} must be true or false")
     for name, low in (("max_depth", 2), ("max_match", 1)):
