@@ -54,13 +54,15 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: 
                   cos, sin, mask: jax.Array):
   """One pre-norm decoder layer over T new tokens; their keys/values are returned, not stored.
 
+  The training objectives' form (keys gathered by the caller); inference goes through
+  `cached_layer`, which writes into the cache first.
+
   Args:
     p: this layer's parameters (either layout, see `layers.project_qkv`).
     x: activations [B, T, D].
-    past_k, past_v: this layer's cache entries [B, S', G, H] (read only).
+    past_k, past_v: keys/values the new tokens may read, [B, S', G, H] (read only).
     cos, sin: rope tables of the new positions.
-    mask: bool [B, T, S' + T]: which past entries (committed ones) and which new tokens
-      (causally) each new token reads; see `layer_inputs`.
+    mask: bool [B, T, S' + T]: which past entries and which new tokens each new token reads.
 
   Returns:
     (x [B, T, D], k [B, T, G, H], v [B, T, G, H]) -- the new keys/values, rotated.
@@ -69,19 +71,64 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: 
   q, k, v = layers.project_qkv(cfg, p, h, cos, sin)
   keys = jnp.concatenate([past_k.astype(q.dtype), k], axis=1)  # [B, S' + T, G, H]
   values = jnp.concatenate([past_v.astype(q.dtype), v], axis=1)
+  return _attend_and_mlp(cfg, p, x, q, keys, values, mask), k, v
+
+
+def _attend_and_mlp(cfg: ModelConfig, p, x, q, keys, values, mask):
+  """The rest of a layer once its queries and keys are known -> x [B, T, D]."""
   o = layers.attention(q, keys, values, mask)
   x = x + layers.attn_out(cfg, p, o)
-  return x + layers.mlp(cfg, p, x), k, v
+  return x + layers.mlp(cfg, p, x)
 
 
-def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax.Array,
+def cached_layer(cfg: ModelConfig, p, x: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
+                 layer, starts: jax.Array, cos, sin, mask: jax.Array):
+  """One pre-norm decoder layer over T new tokens that writes their keys/values into the cache
+  first, then attends over the cache's first S' slots (which then hold them).
+
+  Writing before reading keeps the cache update in place: every later read is of the updated
+  buffer, so XLA needs no defensive copy of the whole cache, and a step costs what its span
+  costs, whatever the capacity.
+
+  Args:
+    p: this layer's parameters (either layout).
+    x: activations [B, T, D].
+    cache_k, cache_v: [L, B, S, G, H]; slot starts[b] + t of layer `layer` receives new token
+      t of row b (slots >= S are dropped).
+    layer: the layer index (int, or a traced i32 scalar inside a scan).
+    starts: i32[B].
+    cos, sin: rope tables of the new positions.
+    mask: bool [B, T, S'] over cache slots (`layer_inputs`), S' <= S.
+
+  Returns:
+    (x [B, T, D], cache_k, cache_v).
+  """
+  h = layers.rms_norm(x, p["attn_norm"], cfg.norm_eps)
+  q, k, v = layers.project_qkv(cfg, p, h, cos, sin)
+  cache_k = write_kv(cache_k, k, layer, starts)
+  cache_v = write_kv(cache_v, v, layer, starts)
+  keys, values = (_span_of(cache, layer, mask.shape[-1]) for cache in (cache_k, cache_v))
+  return (_attend_and_mlp(cfg, p, x, q, keys.astype(q.dtype), values.astype(q.dtype), mask),
+          cache_k, cache_v)
+
+
+def _span_of(cache: jax.Array, layer, span: int) -> jax.Array:
+  """Layer `layer`'s first `span` slots of cache [L, B, S, G, H] -> [B, span, G, H]."""
+  if isinstance(layer, int):
+    return cache[layer, :, :span]
+  zero = jnp.zeros((), jnp.int32)
+  corner = (layer.astype(jnp.int32),) + (zero,) * (cache.ndim - 1)
+  return jax.lax.dynamic_slice(cache, corner, (1, cache.shape[1], span) + cache.shape[3:])[0]
+
+
+def layer_inputs(cfg: ModelConfig, x: jax.Array, capacity: int, starts: jax.Array,
                  span: int | None = None, tree: tuple[jax.Array, jax.Array] | None = None):
-  """What every layer shares: (slots i32[B, T], cos, sin, mask bool [B, T, S' + T]).
+  """What every layer shares: (cos, sin, mask bool [B, T, S']) over cache slots.
 
   New token t of row b is stored at cache slot starts[b] + t. S' = span (default: the
-  capacity S). The first S' mask columns let row b's new tokens read its committed entries
-  (slots < starts[b]; later ones are scratch); the last T columns are causal among the new
-  tokens, and each sits at position = its slot.
+  capacity S). Row b's new token t reads its committed slots (< starts[b]; later ones are
+  scratch) and the new tokens' slots starts[b] + u with u <= t, each token at position = its
+  slot.
 
   With `tree` = (depth i32[B, T], ancestors bool [B, T, T]) the new tokens are the nodes of a
   token tree instead of a sequence: token t sits at position starts[b] + depth[b, t] and
@@ -92,24 +139,42 @@ def layer_inputs(cfg: ModelConfig, x: jax.Array, cache_k: jax.Array, starts: jax
   slots = starts[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
   positions = slots if tree is None else starts[:, None] + tree[0]
   cos, sin = layers.rope_tables(positions, cfg.head_dim, cfg.rope_theta)
-  s = min(span or cache_k.shape[2], cache_k.shape[2])
-  past = jnp.arange(s, dtype=jnp.int32)[None, None, :] < starts[:, None, None]  # [B, 1, S']
+  s = min(span or capacity, capacity)
+  new = (jnp.arange(s, dtype=jnp.int32)[None, None, :] - starts[:, None, None])  # [B, 1, S']
+  committed = new < 0
   if tree is None:
-    new = jnp.broadcast_to((jnp.arange(t)[None, :] <= jnp.arange(t)[:, None])[None], (b, t, t))
+    reads = (new >= 0) & (new <= jnp.arange(t, dtype=jnp.int32)[None, :, None])  # [B, T, S']
   else:
-    new = tree[1]
-  mask = jnp.concatenate([jnp.broadcast_to(past, (b, t, s)), new], axis=-1)
-  return slots, cos, sin, mask
+    index = jnp.broadcast_to(jnp.clip(new, 0, t - 1), (b, t, s))
+    reads = (new >= 0) & (new < t) & jnp.take_along_axis(tree[1], index, axis=2)
+  return cos, sin, committed | reads
 
 
-def write_kv(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
-             positions: jax.Array):
-  """Stores every layer's new keys/values: k, v [L, B, T, G, H] at (b, positions[b, t]) of
-  cache_k/cache_v [L, B, S, G, H] (positions >= S are dropped); in place when donated."""
-  rows = jnp.arange(positions.shape[0], dtype=jnp.int32)[:, None]  # [B, 1]
-  cache_k = cache_k.at[:, rows, positions].set(k.astype(cache_k.dtype), mode="drop")
-  cache_v = cache_v.at[:, rows, positions].set(v.astype(cache_v.dtype), mode="drop")
-  return cache_k, cache_v
+def write_kv(cache: jax.Array, new: jax.Array, layer, starts: jax.Array) -> jax.Array:
+  """Stores one layer's new keys (or values) new [B, T, G, H] at slots starts[b] + t of
+  cache [L, B, S, G, H] layer `layer`; slots >= S are dropped.
+
+  Each row updates a window of T slots in place (a dynamic update slice, clamped inside the
+  capacity, keeping the old entries where no new token lands), so a write costs O(T), not
+  O(S). A chunk longer than the capacity (T > S) falls back to a dropping scatter.
+  """
+  b, t = new.shape[:2]
+  capacity = cache.shape[2]
+  new = new.astype(cache.dtype)
+  if t > capacity:
+    slots = starts[:, None] + jnp.arange(t, dtype=jnp.int32)
+    rows = jnp.arange(b, dtype=jnp.int32)[:, None]
+    return cache.at[layer, rows, slots].set(new, mode="drop")
+  for row in range(b):
+    start = starts[row]
+    window = jnp.clip(start, 0, capacity - t)
+    index = window + jnp.arange(t, dtype=jnp.int32) - start  # new token landing at each slot
+    lands = ((index >= 0) & (index < t))[None, None, :, None, None]
+    corner = (layer, row, window) + (0,) * (cache.ndim - 3)
+    old = jax.lax.dynamic_slice(cache, corner, (1, 1, t) + cache.shape[3:])
+    put = jnp.take(new[row], jnp.clip(index, 0, t - 1), axis=0)[None, None]
+    cache = jax.lax.dynamic_update_slice(cache, jnp.where(lands, put, old), corner)
+  return cache
 
 
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
@@ -136,19 +201,18 @@ def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
     (output activations [B, T, D], cache_k, cache_v), plus the per-layer outputs
     [L, B, T, D] when `collect`.
   """
-  positions, cos, sin, mask = layer_inputs(cfg, x, cache_k, starts, span, tree)
-  s = mask.shape[-1] - x.shape[1]
+  cos, sin, mask = layer_inputs(cfg, x, cache_k.shape[2], starts, span, tree)
 
-  def body(x, xs):
+  def body(carry, xs):
+    x, cache_k, cache_v = carry
     p, layer = xs
-    x, k, v = decoder_layer(cfg, p, x, cache_k[layer, :, :s], cache_v[layer, :, :s], cos, sin,
-                            mask)
-    return x, (k, v, x if collect else None)
+    x, cache_k, cache_v = cached_layer(cfg, p, x, cache_k, cache_v, layer, starts, cos, sin,
+                                       mask)
+    return (x, cache_k, cache_v), x if collect else None
 
-  num_layers = cache_k.shape[0]
-  layer_ids = jnp.arange(num_layers, dtype=jnp.int32)
-  x, (k, v, per_layer) = jax.lax.scan(body, x, (params, layer_ids))
-  cache_k, cache_v = write_kv(cache_k, cache_v, k, v, positions)
+  layer_ids = jnp.arange(cache_k.shape[0], dtype=jnp.int32)
+  (x, cache_k, cache_v), per_layer = jax.lax.scan(body, (x, cache_k, cache_v),
+                                                  (params, layer_ids))
   return (x, cache_k, cache_v, per_layer) if collect else (x, cache_k, cache_v)
 
 

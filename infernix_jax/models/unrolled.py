@@ -90,17 +90,12 @@ class UnrolledLayers(nnx.Module):
   def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
           span: int | None = None, tree=None):
     """`transformer.cached_layers` semantics; per-layer outputs come as a tuple of [B, T, D]."""
-    positions, cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k, starts, span, tree)
-    s = mask.shape[-1] - x.shape[1]
-    outputs, ks, vs = [], [], []
+    cos, sin, mask = _transformer.layer_inputs(cfg, x, cache_k.shape[2], starts, span, tree)
+    outputs = []
     for index, layer in enumerate(self.layers):
-      x, k, v = _transformer.decoder_layer(cfg, layer.params(), x, cache_k[index, :, :s],
-                                           cache_v[index, :, :s], cos, sin, mask)
+      x, cache_k, cache_v = _transformer.cached_layer(cfg, layer.params(), x, cache_k, cache_v,
+                                                      index, starts, cos, sin, mask)
       outputs.append(x)
-      ks.append(k)
-      vs.append(v)
-    cache_k, cache_v = _transformer.write_kv(cache_k, cache_v, jnp.stack(ks), jnp.stack(vs),
-                                             positions)
     return (x, cache_k, cache_v, tuple(outputs)) if collect else (x, cache_k, cache_v)
 
   def stacked_params(self, cfg: ModelConfig) -> dict[str, np.ndarray]:

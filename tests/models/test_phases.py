@@ -192,3 +192,54 @@ def test_tree_verify_scores_every_root_path_like_the_full_forward(split, layout)
     seq = np.asarray([list(prompt) + path], np.int32)
     want, _ = im.forward(graphdef, state, jnp.asarray(seq))
     np.testing.assert_allclose(np.asarray(logits[0, i]), np.asarray(want[0, -1]), atol=ATOL)
+
+
+def _full_cache_copies(hlo: str, shape: str) -> int:
+  """Instructions of the compiled entry computation that copy a whole cache array."""
+  entry = hlo[hlo.index("\nENTRY"):]
+  return sum(1 for line in entry.splitlines()
+             if f"= f32[{shape}]" in line and (" copy(" in line or "kind=kLoop" in line
+                                              and "dynamic-update-slice" not in line))
+
+
+@pytest.mark.parametrize("layout", ["stacked", "unrolled"])
+def test_verify_updates_the_cache_in_place(split, layout):
+  """A verify step's cache write is an in-place window update: the compiled step holds no
+  instruction that copies or rewrites the whole [L, B, S, G, H] cache, so a step's cost
+  does not grow with the capacity (only with its attention span)."""
+  from infernix_jax.models import unrolled
+  model = nnx.merge(*split)
+  if layout == "unrolled":
+    model = unrolled.unroll(model)
+  graphdef, state = nnx.split(model)
+  cache = im.KVCache.init(CFG, batch=2, capacity=1024).with_lengths(np.array([7, 30]))
+  tokens = jnp.asarray(_tokens(2, 5))
+  hlo = im.verify.lower(graphdef, state, cache, tokens, span=64).compile().as_text()
+  shape = f"{CFG.num_layers},2,1024,{CFG.num_kv_heads},{CFG.head_dim}"
+  assert f"f32[{shape}]" in hlo
+  assert _full_cache_copies(hlo, shape) == 0
+
+
+def test_writes_past_the_capacity_are_dropped(split):
+  """Slots >= S are dropped, and the window write keeps every other entry as it was, for
+  rows near, at and past the end of the capacity (verify scratch of the last positions)."""
+  graphdef, state = split
+  s, p = 12, 4
+  shape = (CFG.num_layers, 3, s, CFG.num_kv_heads, CFG.head_dim)
+  before = np.random.default_rng(5).normal(size=shape).astype(np.float32)
+  lengths = np.asarray([3, 10, 12], np.int32)  # a fresh device array per (donating) call
+  tokens = jnp.asarray(_tokens(3, p))
+  out = im.verify(graphdef, state, im.KVCache(k=jnp.asarray(before), v=jnp.asarray(before + 1),
+                                              lengths=jnp.asarray(lengths)), tokens)[2]
+  zeros = jnp.zeros(shape, jnp.float32)
+  fresh = im.verify(graphdef, state,
+                    im.KVCache(k=zeros, v=zeros + 1, lengths=jnp.asarray(lengths)), tokens)[2]
+  after = np.asarray(out.k)
+  for row, start in enumerate([3, 10, 12]):
+    written = [slot for slot in range(start, start + p) if slot < s]
+    kept = [slot for slot in range(s) if slot not in written]
+    np.testing.assert_array_equal(after[:, row, kept], before[:, row, kept])
+    # layer 0's new keys depend on the tokens alone, not on what the cache held
+    np.testing.assert_allclose(after[0, row, written], np.asarray(fresh.k)[0, row, written],
+                               atol=ATOL)
+
