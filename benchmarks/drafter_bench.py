@@ -170,7 +170,7 @@ def main(argv=None) -> int:
   import jax
 
   from infernix_jax.models.drafters import weights as dw
-  from infernix_jax.runtime import compile_cache
+  from infernix_jax.runtime import compile_cache, compile_count
   from infernix_jax.train import corpus
   from infernix_jax.train import evaluate as ev
 
@@ -221,13 +221,18 @@ def main(argv=None) -> int:
     print(f"# drafting costs: {costs}", flush=True)
     k = 4 if 4 in args.ks else args.ks[0]
     for label in ["none", "jump"] + [c for c in args.configs if "untrained" not in c]:
-      engine = make_engine(target, label, k, lanes=1)
+      with compile_count.counting() as built:
+        engine = make_engine(target, label, k, lanes=1)
+        engine.warmup()
       for constrained in (True, False):
-        # Greedy rounds repeat exactly: an untimed pass compiles every shape the timed
-        # pass will meet.
-        run(engine, constrained=constrained, temperature=0.0)
-        r = run(engine, constrained=constrained, temperature=0.0)
-        speed.append({"config": label, "k": k, "constrained": constrained, **r})
+        # Greedy rounds repeat exactly: an untimed pass meets what the timed pass will meet.
+        with compile_count.counting() as warm:
+          run(engine, constrained=constrained, temperature=0.0)
+        with compile_count.counting() as timed:
+          r = run(engine, constrained=constrained, temperature=0.0)
+        warm = built + warm if constrained else warm  # the engine's warm-up in its first row
+        speed.append({"config": label, "k": k, "constrained": constrained, **r,
+                      **timed.record(), **warm.record("warmup_")})
         print(f"{label:>18} 1 lane {'json' if constrained else 'free'}: "
               f"{r['tokens_per_second']:.1f} tok/s, accepted length {r['accepted_length']:.3f}",
               flush=True)

@@ -74,7 +74,10 @@ def settings(k: int, smallest: bool, tolerance: float):
 
 
 def run(llm, names, k, tasks, setting) -> list[dict]:
+  """One row per task: its seconds, answer, law cost and XLA compilations (`xla_compiles`,
+  `xla_compile_s`)."""
   from infernix_jax.constrain import ConstraintError
+  from infernix_jax.runtime import compile_count
   label, law, temperature, tolerance = setting
   rows = []
   for i, task in enumerate(tasks):
@@ -82,19 +85,22 @@ def run(llm, names, k, tasks, setting) -> list[dict]:
     prep = llm.prepare(prompt, choice=names, sampling_law=law, temperature=temperature,
                        seed=i, max_tokens=24, law_tolerance=tolerance)
     request = dataclasses.replace(prep.request, backend="trie")
-    t0 = time.perf_counter()
-    try:
-      res = llm.engine.generate([request])[0]
-    except ConstraintError as e:  # the whole trie past its node budget
-      rows.append({"k": k, "setting": label, "task": i, "seconds": time.perf_counter() - t0,
-                   "text": "", "error": str(e), "valid": False, "law_seconds": 0.0,
+    with compile_count.counting() as compiles:
+      t0 = time.perf_counter()
+      try:
+        res = llm.engine.generate([request])[0]
+      except ConstraintError as e:  # the whole trie past its node budget
+        res = e
+      seconds = time.perf_counter() - t0
+    if isinstance(res, ConstraintError):
+      rows.append({"k": k, "setting": label, "task": i, "seconds": seconds,
+                   "text": "", "error": str(res), "valid": False, "law_seconds": 0.0,
                    "law_forwards": 0, "law_tokens": 0, "law_trie_nodes": 0, "law_stop": "",
-                   "law_tv_bound": 0.0})
+                   "law_tv_bound": 0.0, **compiles.record()})
       continue
-    seconds = time.perf_counter() - t0
     r = res.constraint
     rows.append({"k": k, "setting": label, "task": i, "seconds": seconds, "text": res.text,
-                 "error": res.error, "valid": res.text in names,
+                 "error": res.error, "valid": res.text in names, **compiles.record(),
                  "law_seconds": r.law_seconds, "law_forwards": r.law_forwards,
                  "law_tokens": r.law_tokens, "law_trie_nodes": r.law_trie_nodes,
                  "law_stop": r.law_stop, "law_tv_bound": r.law_tv_bound})
@@ -158,8 +164,10 @@ def main(argv=None) -> int:
 
   from experiments.trie_repro.enum_sets import tool_names
   from infernix_jax import LLM
-  llm = LLM(None, drafter="jump", k=4, lanes=1, capacity=512, layout="unrolled")
-  llm.engine.warmup()
+  from infernix_jax.runtime import compile_count
+  with compile_count.counting() as warm:
+    llm = LLM(None, drafter="jump", k=4, lanes=1, capacity=512, layout="unrolled")
+    llm.engine.warmup(laws=True)
   tasks = TASKS[:args.tasks]
   results = []
   for k in args.ks:
@@ -173,7 +181,8 @@ def main(argv=None) -> int:
   git = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True,
                        text=True, cwd=ROOT).stdout.strip()
   env = {"date": datetime.date.today().isoformat(), "git": git,
-         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load": os.getloadavg()[0]}
+         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load": os.getloadavg()[0],
+         **warm.record("warmup_")}
   return _publish(report(results, args, env), {"env": env, "results": results}, args)
 
 

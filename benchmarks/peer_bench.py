@@ -57,6 +57,7 @@ class Run:
   gaps: list | None = None  # peer: per prompt, top-1 minus top-2 processed logit per step
   errors: tuple[str, ...] = ()
   load: float | None = None  # 1-minute load average when the run ended
+  xla: dict | None = None  # ours: XLA compilations of the timed run (and its warm-up before)
 
 
 # --- workloads ------------------------------------------------------------------------------
@@ -209,34 +210,37 @@ def make_engine(label: str, k: int, lanes: int, base, target, compiler):
     return None, f"n/a: needs a checkpoint ({str(e).partition(' (')[0]})"
 
 
-def warm_up(engine, items: list[Workload], constraint_of) -> None:
-  """Compiles what the timed runs use: every round shape (`Engine.warmup`), and per prefill
-  bucket the admission of 1, 2 and all lanes at once, free and constrained."""
-  from infernix_jax.runtime import GenerationRequest, stages
-  engine.warmup()
-  by_bucket = {}
-  for w in items:
-    by_bucket.setdefault((stages.bucket(len(w.ids) - 1), w.schema is None), w)
-  for w in by_bucket.values():  # an admission's bucket is its longest prompt
-    for rows in sorted({1, min(2, engine.b), engine.b}):
-      engine.generate([GenerationRequest(list(w.ids), max_tokens=4,
-                                         constraint=constraint_of(w)) for _ in range(rows)])
+def warm_up(engine, items: list[Workload], constraint_of):
+  """Compiles what the timed runs use (`Engine.warmup`: every admission and round shape) and
+  pays the host's first-call costs (a free and a constrained request) -> the XLA
+  compilations of both (`compile_count.CompileCount`)."""
+  from infernix_jax.runtime import GenerationRequest, compile_count
+  with compile_count.counting() as warm:
+    engine.warmup(prompt_lengths=[len(w.ids) for w in items])
+    first = {w.schema is None: w for w in reversed(items)}  # the first free, constrained
+    engine.generate([GenerationRequest(list(w.ids), max_tokens=4, constraint=constraint_of(w))
+                     for w in first.values()])
+  return warm
 
 
-def run_ours(engine, items: list[Workload], max_tokens: int, constraint_of) -> Run:
-  from infernix_jax.runtime import FinishReason, GenerationRequest
+def run_ours(engine, items: list[Workload], max_tokens: int, constraint_of,
+             warm=None) -> Run:
+  """The timed run of `items`; `warm`: the CompileCount of the warm-up just before it."""
+  from infernix_jax.runtime import FinishReason, GenerationRequest, compile_count
   requests = [GenerationRequest(list(w.ids), max_tokens=max_tokens, constraint=constraint_of(w))
               for w in items]
-  start = time.perf_counter()
-  results = engine.generate(requests)
-  seconds = time.perf_counter() - start
+  with compile_count.counting() as timed:
+    start = time.perf_counter()
+    results = engine.generate(requests)
+    seconds = time.perf_counter() - start
   eos = min(engine.vocab.eos_ids)
   tokens = [list(r.token_ids) + ([eos] if r.finish_reason == FinishReason.STOP else [])
             for r in results]
   rounds = sum(len(r.rounds) for r in results)
   accepted = (sum(r.accepted for r in results) + rounds) / max(rounds, 1)
   return Run(tokens, seconds, accepted_length=accepted,
-             errors=tuple(r.error for r in results if r.error))
+             errors=tuple(r.error for r in results if r.error),
+             xla={**timed.record(), **(warm.record("warmup_") if warm is not None else {})})
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -410,15 +414,16 @@ def main(argv=None) -> int:
     systems.append(label)
     if first.drafter.on_device:
       notes[label] = "untrained network (random init): measures the drafting overhead"
-    engines, warm = {args.lanes[0]: first}, set()
+    engines, warmed = {args.lanes[0]: first}, set()
 
-    def ours_fn(items, lanes, label=label, engines=engines, warm=warm):
+    def ours_fn(items, lanes, label=label, engines=engines, warmed=warmed):
       if lanes not in engines:
         engines[lanes] = make_engine(label, args.k, lanes, base, target, compiler)[0]
-      if lanes not in warm:
-        warm_up(engines[lanes], every, constraint_of)
-        warm.add(lanes)
-      return run_ours(engines[lanes], items, args.max_tokens, constraint_of)
+      warm = None
+      if lanes not in warmed:
+        warm = warm_up(engines[lanes], every, constraint_of)
+        warmed.add(lanes)
+      return run_ours(engines[lanes], items, args.max_tokens, constraint_of, warm)
     record(label, ours_fn)
     state.update(report(args, sets, runs, systems, notes, floor, tok, judge if peer else None))
     dump(args, env, floor, skipped, state, runs)
@@ -465,7 +470,7 @@ def report(args, sets, runs, systems, notes, floor, tok, judge) -> dict:
             vs_peer=tps / (sum(map(len, peer.tokens)) / peer.seconds)
             if peer is not None and system != "peer" and tps else None,
             same=None if ref is None or system == ref_name else len(batch) - len(diff),
-            load=run.load,
+            load=run.load, **(run.xla or {}),
             note=notes.get(system, "") + ("; errors: " + run.errors[0] if run.errors else "")))
       for label, why in notes.items():
         if label not in systems:

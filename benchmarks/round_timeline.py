@@ -62,12 +62,15 @@ def per_round(timeline) -> list[dict]:
 
 
 def run(engine, requests_fn, timeline):
+  """(results, wall seconds, XLA compilations) of one timed run."""
+  from infernix_jax.runtime import compile_count
   engine.timeline = timeline
-  t0 = time.perf_counter()
-  results = engine.generate(requests_fn())
-  wall = time.perf_counter() - t0
+  with compile_count.counting() as compiles:
+    t0 = time.perf_counter()
+    results = engine.generate(requests_fn())
+    wall = time.perf_counter() - t0
   engine.timeline = None
-  return results, wall
+  return results, wall, compiles
 
 
 def main() -> int:
@@ -83,7 +86,7 @@ def main() -> int:
 
   import jax
   from infernix_jax import constrain as ic
-  from infernix_jax.runtime import GenerationRequest, Timeline
+  from infernix_jax.runtime import GenerationRequest, Timeline, compile_count
   from infernix_jax.runtime.build import EngineSpec, build_engine
 
   built = build_engine(EngineSpec(layout=args.layout, drafter=args.drafter,
@@ -100,15 +103,18 @@ def main() -> int:
     return [GenerationRequest(p, max_tokens=max_tokens, constraint=s)
             for p, s in zip(prompts, specs)]
 
-  engine.warmup()  # compile every shape the timed runs use
-  engine.generate(requests(args.max_tokens))
+  with compile_count.counting() as warm:
+    engine.warmup()  # compile every shape the timed runs use
+    engine.generate(requests(args.max_tokens))
+  timed = compile_count.CompileCount()
   kinds = {"overlapped": [], "serial": []}
   walls = {"overlapped": [], "serial": []}
   tokens = {}
   for _ in range(args.repeats):
     for kind in kinds:
       timeline = Timeline(serial=kind == "serial")
-      results, wall = run(engine, requests, timeline)
+      results, wall, compiles = run(engine, requests, timeline)
+      timed += compiles
       kinds[kind].extend(per_round(timeline))
       walls[kind].append(wall)
       tokens[kind] = [r.token_ids for r in results]
@@ -162,6 +168,8 @@ def main() -> int:
       f"produced {'identical' if same else 'DIFFERENT'} tokens.",
       f"- Wall per run: overlapped {statistics.median(walls['overlapped']):.2f} s, serial "
       f"{statistics.median(walls['serial']):.2f} s.",
+      f"- XLA compilation: warm-up {warm.compiles} programs in {warm.seconds:.1f} s; timed "
+      f"runs {timed.compiles} programs in {timed.seconds:.1f} s.",
   ]
   text = "\n".join(lines) + "\n"
   print(text)

@@ -87,7 +87,7 @@ def main() -> int:
   args = ap.parse_args()
 
   from infernix_jax.api import LLM
-  from infernix_jax.runtime import build
+  from infernix_jax.runtime import build, compile_count
   from infernix_jax.serve.app import ServerState
   from infernix_jax.serve.scheduler import Scheduler
   from tests.serve._live import LiveServer
@@ -95,7 +95,8 @@ def main() -> int:
   t0 = time.perf_counter()
   spec = build.EngineSpec(drafter="ngram", drafter_options={"k": 4}, lanes=args.lanes,
                           capacity=1024)
-  llm = LLM.from_spec(spec, warmup=True)
+  with compile_count.counting() as warm:
+    llm = LLM.from_spec(spec, warmup=True)
   load_seconds = time.perf_counter() - t0
   state = ServerState("smollm2")
   server = LiveServer(state)
@@ -103,8 +104,9 @@ def main() -> int:
   rows = []
   try:
     for clients in (int(c) for c in args.clients.split(",")):
-      row = level(server.base, clients, args.requests, args.max_tokens)
-      rows.append(row)
+      with compile_count.counting() as compiles:  # the server thread's compiles count too
+        row = level(server.base, clients, args.requests, args.max_tokens)
+      rows.append({**row, **compiles.record()})
       print(f"{clients:>3} clients: {row['rps']:.2f} req/s, p50 {row['p50']:.2f} s, p99 "
             f"{row['p99']:.2f} s, {row['tps']:.1f} tok/s, accepted length "
             f"{row['accepted']:.2f}", flush=True)
@@ -112,11 +114,11 @@ def main() -> int:
     state.scheduler.stop()
     server.stop()
   if args.write:
-    write(rows, args, load_seconds)
+    write(rows, args, load_seconds, warm)
   return 0
 
 
-def write(rows: list[dict], args, load_seconds: float) -> None:
+def write(rows: list[dict], args, load_seconds: float, warm) -> None:
   import jax
   lines = [
       "# Serving under load",
@@ -126,21 +128,24 @@ def write(rows: list[dict], args, load_seconds: float) -> None:
       f"(n-gram K = 4 with jump-forward), {args.lanes} lanes (continuous batching; more requests",
       f"wait in the queue). {args.requests} greedy chat requests per level, {args.max_tokens}",
       "tokens at most each, after one warm request per client. Latency: send to full reply;",
-      "tokens/s: completion tokens over the level's wall time.",
+      "tokens/s: completion tokens over the level's wall time; XLA compiles: programs",
+      "compiled during the level (0: its timings exclude compilation).",
       "",
       "| clients | requests | requests/s | p50 latency (s) | p99 latency (s) | tokens/s | "
-      "accepted length |",
-      "|---:|---:|---:|---:|---:|---:|---:|",
+      "accepted length | XLA compiles |",
+      "|---:|---:|---:|---:|---:|---:|---:|---:|",
   ]
   for r in rows:
     lines.append(f"| {r['clients']} | {r['requests']} | {r['rps']:.2f} | {r['p50']:.2f} | "
-                 f"{r['p99']:.2f} | {r['tps']:.1f} | {r['accepted']:.2f} |")
+                 f"{r['p99']:.2f} | {r['tps']:.1f} | {r['accepted']:.2f} | "
+                 f"{r['xla_compiles']} |")
   lines += [
       "",
       f"Machine: {_timing.machine()}; JAX {jax.__version__} on "
       f"{jax.devices()[0].platform}; Python {platform.python_version()}; load average "
       f"{os.getloadavg()[0]:.1f} at the end (the run's own clients and server included). "
-      f"Model load and warm-up: {load_seconds:.0f} s.",
+      f"Model load and warm-up: {load_seconds:.0f} s (XLA compilation: {warm.compiles} "
+      f"programs, {warm.seconds:.0f} s).",
       f"Run on {datetime.date.today().isoformat()}.",
       "",
       "Command: `.venv/bin/python benchmarks/serve_load.py "

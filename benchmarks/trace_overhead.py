@@ -37,8 +37,11 @@ def main() -> int:
 
   import infernix_jax as ij
   from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA
+  from infernix_jax.runtime import compile_count
 
-  llm = ij.LLM(drafter=args.drafter, k=args.k, capacity=1024, warmup=True)
+  with compile_count.counting() as warm:
+    llm = ij.LLM(drafter=args.drafter, k=args.k, capacity=1024)
+    llm.engine.warmup(trace=True)  # the timed runs trace every other generation
   stats = llm.engine.host.stats
 
   def one(trace: bool):
@@ -47,16 +50,21 @@ def main() -> int:
                      trace=trace)
     return c, stats["trace_seconds"] - before
 
-  base, _ = one(False)
-  traced, _ = one(True)
+  with compile_count.counting() as warm_pass:
+    base, _ = one(False)
+    traced, _ = one(True)
+  warm += warm_pass
   if traced.token_ids != base.token_ids:
     print("error: the traced output differs from the untraced one", file=sys.stderr)
     return 1
   rows = {False: [], True: []}
   trace_s = []
+  timed = compile_count.CompileCount()
   for _ in range(args.repeats):
     for mode in (False, True):
-      c, seconds = one(mode)
+      with compile_count.counting() as compiles:
+        c, seconds = one(mode)
+      timed += compiles
       assert c.token_ids == base.token_ids
       rows[mode].append(c.stats["tokens_per_second"])
       if mode:
@@ -83,6 +91,10 @@ def main() -> int:
       f"Overhead: {overhead:.1%} of tokens/s. The trace step's host span is "
       f"{per_round_ms:.2f} ms per round (median), but most of it waits for the round's verify "
       "and Finish, which commit would wait for anyway. Untraced requests run no trace step.",
+      "",
+      f"XLA compilation: warm-up (`warmup(trace=True)` and the warm pass) {warm.compiles} "
+      f"programs in {warm.seconds:.1f} s; timed generations {timed.compiles} programs in "
+      f"{timed.seconds:.1f} s.",
       "",
       f"Machine: {platform.machine()}, {jax.devices()[0].platform} "
       f"({jax.device_count()} device), jax {jax.__version__}, {datetime.date.today()}.",

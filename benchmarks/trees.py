@@ -110,19 +110,23 @@ def part2_requests(loaded, schemas, documents, max_tokens, temperature):
 
 
 def measure(loaded, compiler, label, config, requests) -> dict:
-  """One configuration on a fresh engine: warmup, constraints compiled, then timed."""
+  """One configuration on a fresh engine: warmup, constraints compiled, then timed (with the
+  XLA compilations of both parts: `warmup_xla_*`, `xla_*`)."""
+  from infernix_jax.runtime import compile_count
   from infernix_jax.runtime.build import EngineSpec, build_engine
   name, options, jump = config
   spec = EngineSpec(drafter=name, drafter_options=options, jump_forward=jump, lanes=1,
                     capacity=1024)
-  engine = build_engine(spec, target=loaded, compiler=compiler).engine
-  engine.warmup()
-  batch = requests()
+  with compile_count.counting() as warm:
+    engine = build_engine(spec, target=loaded, compiler=compiler).engine
+    batch = requests()
+    engine.warmup(prompt_lengths=[len(r.prompt_ids) for r in batch])
   for r in batch:
     compiler.compile(r.constraint)
-  start = time.perf_counter()
-  results = engine.generate(batch)
-  wall = time.perf_counter() - start
+  with compile_count.counting() as timed:
+    start = time.perf_counter()
+    results = engine.generate(batch)
+    wall = time.perf_counter() - start
   tokens = sum(len(r.token_ids) for r in results)
   rounds = sum(len(r.rounds) for r in results)
   pruned = sum(r.constraint.pruned_nodes for r in results if r.constraint is not None)
@@ -131,7 +135,8 @@ def measure(loaded, compiler, label, config, requests) -> dict:
          "accepted_length": round(tokens / max(rounds, 1), 4),
          "tokens_per_second": round(tokens / wall, 2),
          "drafted": sum(r.drafted for r in results), "accepted": sum(r.accepted for r in results),
-         "pruned_nodes": pruned, "errors": len(errors)}
+         "pruned_nodes": pruned, "errors": len(errors), **timed.record(),
+         **warm.record("warmup_")}
   print(f"{label:>16}: {row['accepted_length']:.3f} tokens/round, "
         f"{row['tokens_per_second']:.1f} tok/s, {tokens} tokens, pruned {pruned}"
         + (f", {len(errors)} errors ({errors[0]})" if errors else ""), flush=True)

@@ -181,12 +181,13 @@ class LLM:
     """A short name of the model (the file or directory name)."""
     return Path(self.model_path).name
 
-  def warmup(self) -> None:
-    """Compiles the engine's round steps and the prefill/constrained paths of short requests."""
+  def warmup(self, prompt_lengths=()) -> None:
+    """Compiles the engine's round steps, the prefills of prompts of `prompt_lengths` tokens
+    (`Engine.warmup`) and the prefill/constrained paths of short requests."""
     from infernix_jax import constrain as ic
     from infernix_jax.runtime.types import GenerationRequest
     with self._lock:
-      self.engine.warmup()
+      self.engine.warmup(prompt_lengths=prompt_lengths)
       ids = self.tokenizer.encode("Hello")
       self.engine.generate([GenerationRequest(ids, max_tokens=2),
                             GenerationRequest(ids, max_tokens=2,

@@ -33,6 +33,8 @@ SLOW_TESTS = {
     "test_trace_page.py": "pages of the traced tiny engine's runs",
     "runtime/test_mesh.py::test_every_drafter_kind_on_a_mesh_equals_one_device": "four drafters "
                                                                              "twice",
+    "runtime/test_compile_count.py::test_warmup_leaves_nothing_to_compile": "an engine per "
+                                                                           "drafter, warmed up",
     "runtime/test_transactions.py::test_failing_rows_fail_alone": "engine compiles",
     "runtime/test_drafter_registry.py::test_custom_drafter_is_exact": "two engines",
     "runtime/test_thinking_budget.py::test_natural_close_before_budget_unaffected": "engines",

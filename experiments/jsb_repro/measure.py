@@ -144,23 +144,26 @@ def efficiency(c, data: Path, ctx) -> Iterator[dict]:
   streamed token; it includes the grammar compile, the compile cache cleared before each
   request, as the paper's TTFT includes GCT), TPOT (first to last token over the tokens after
   the first), GCT (the request's compile seconds), tokens, finish reason and validity. Greedy
-  decoding, `c.max_tokens` tokens at most."""
+  decoding, `c.max_tokens` tokens at most. XLA compilations of the timed call
+  (`xla_compiles`, `xla_compile_s`: 0 after the warm-up) and, on the first record, of the
+  warm-up before them (`warmup_xla_compiles`, `warmup_xla_compile_s`)."""
   from infernix_jax.cli.generate import frame_prompt
-  from infernix_jax.runtime import GenerationRequest, SamplingOptions
+  from infernix_jax.runtime import GenerationRequest, SamplingOptions, compile_count
 
   from infernix_jax import constrain as ic
 
-  eng, tok, compiler = _engine(c, ctx)
-  items = efficiency_items(c, ctx)
-  prompts = [list(tok.encode(frame_prompt(tok, item.prompt))) for item in items]
-  # Prefill shapes of these prompts and this backend's first request compile here, untimed.
-  warm = [GenerationRequest(ids, max_tokens=2) for ids in prompts]
-  if c.backend != "off":
-    warm.append(GenerationRequest(prompts[0] if prompts else [0], max_tokens=2,
-                                  constraint=ic.OutputConstraint.json_schema(SMALL_SCHEMA),
-                                  backend=None if c.backend == "auto" else c.backend))
-  for req in warm:
-    eng.generate([req])
+  with compile_count.counting() as warmed:
+    eng, tok, compiler = _engine(c, ctx)
+    items = efficiency_items(c, ctx)
+    prompts = [list(tok.encode(frame_prompt(tok, item.prompt))) for item in items]
+    # Prefill shapes of these prompts and this backend's first request run here, untimed.
+    warm = [GenerationRequest(ids, max_tokens=2) for ids in prompts]
+    if c.backend != "off":
+      warm.append(GenerationRequest(prompts[0] if prompts else [0], max_tokens=2,
+                                    constraint=ic.OutputConstraint.json_schema(SMALL_SCHEMA),
+                                    backend=None if c.backend == "auto" else c.backend))
+    for req in warm:
+      eng.generate([req])
   for i, (item, ids) in enumerate(zip(items, prompts)):
     constrained = c.backend != "off"
     events: list[tuple[float, int]] = []
@@ -174,9 +177,10 @@ def efficiency(c, data: Path, ctx) -> Iterator[dict]:
         backend=None if c.backend in ("auto", "off") else c.backend,
         sampling=SamplingOptions(temperature=0.0, seed=c.seed + i))
     compiler.clear()  # every request compiles its grammar cold (GCT inside TTFT)
-    t0 = time.perf_counter()
-    res = eng.generate([req])[0]
-    wall = time.perf_counter() - t0
+    with compile_count.counting() as compiles:
+      t0 = time.perf_counter()
+      res = eng.generate([req])[0]
+      wall = time.perf_counter() - t0
     timed = [(t, n) for t, n in events if n > 0]
     tokens = sum(n for _, n in timed)
     ttft = timed[0][0] - t0 if timed else math.nan
@@ -187,7 +191,8 @@ def efficiency(c, data: Path, ctx) -> Iterator[dict]:
     yield {"kind": "request", "subset": c.subset, "backend": c.backend, "item": item.id,
            "prompt_tokens": len(ids), "tokens": len(res.token_ids), "ttft_s": ttft,
            "tpot_s": tpot, "wall_s": wall,
-           "compile_s": report.compile_seconds if report else 0.0,
+           "compile_s": report.compile_seconds if report else 0.0, **compiles.record(),
+           **(warmed.record("warmup_") if i == 0 else {}),
            "cache": report.cache if report else "", "finish_reason": res.finish_reason.value,
            "error": res.error, "valid": item.validate(res.text) if completed else None}
 

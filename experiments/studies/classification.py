@@ -60,15 +60,19 @@ def match(text: str, labels) -> str | None:
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
-  from infernix_jax.runtime import GenerationRequest
+  """The cell's requests, and per generate call a measurement of its XLA compilations
+  (`xla_compiles`, `xla_compile_s`; the first also those of the engine's build and warm-up,
+  `warmup_xla_compiles`, `warmup_xla_compile_s`)."""
+  from infernix_jax.runtime import GenerationRequest, compile_count
   from infernix_jax.cli.generate import frame_prompt
 
-  target = _target(c, ctx)
+  with compile_count.counting() as warm:
+    target = _target(c, ctx)
+    eng = ctx.get("engine", (c.model, c.lanes, c.capacity), lambda: _engine(c, target))
   tok = target[0].tokenizer
   trie = c.mode == "trie"
   items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
                                 template=c.template, constrained=trie), c)
-  eng = ctx.get("engine", (c.model, c.lanes, c.capacity), lambda: _engine(c, target))
   reqs = []
   for item in items:
     ids = list(tok.encode(frame_prompt(tok, item.prompt)))
@@ -80,7 +84,8 @@ def run_cell(c, ctx) -> Iterator[dict]:
   labels = items[0].constraint[1] if trie else workloads.labels(c.dataset)[0]
   for start in range(0, len(reqs), c.batch):
     chunk = list(zip(items[start:start + c.batch], reqs[start:start + c.batch]))
-    results = eng.generate([r for _, r in chunk])
+    with compile_count.counting() as timed:
+      results = eng.generate([r for _, r in chunk])
     for (item, req), res in zip(chunk, results):
       answer = res.text.strip()
       predicted = match(answer, labels)
@@ -91,9 +96,12 @@ def run_cell(c, ctx) -> Iterator[dict]:
              "correct": predicted == item.reference, "tokens": len(res.token_ids),
              "wall_s": res.wall_seconds,
              "compile_s": res.constraint.compile_seconds if res.constraint else 0.0}
+    yield {"kind": "measurement", "requests": len(chunk), **timed.record(),
+           **(warm.record("warmup_") if start == 0 else {})}
 
 
-def _engine(c, loaded):
+def _engine(c, loaded, laws: bool = False):
+  """The jump-forward engine of a cell, warmed up (`laws`: for other sampling laws too)."""
   from infernix_jax.runtime.build import EngineSpec, build_engine
 
   target, compiler = loaded
@@ -101,7 +109,7 @@ def _engine(c, loaded):
   spec = EngineSpec(drafter="jump", drafter_options={"k": 4}, lanes=c.lanes,
                     capacity=c.capacity)
   eng = build_engine(spec, target=target, compiler=compiler).engine
-  eng.warmup()
+  eng.warmup(laws=laws)
   return eng
 
 

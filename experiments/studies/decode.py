@@ -104,9 +104,7 @@ def _engine(c, loaded):
   from infernix_jax.runtime.build import build_engine
 
   target, compiler = loaded
-  eng = build_engine(engine_spec(c, target), target=target, compiler=compiler).engine
-  eng.warmup()
-  return eng
+  return build_engine(engine_spec(c, target), target=target, compiler=compiler).engine
 
 
 def group(c) -> tuple:
@@ -131,25 +129,21 @@ def config_k(d) -> int:
   return int(d.get("k", 0))
 
 
-def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
-  """The cell's requests (batch b: the b-th further batch of prompts, seeds continuing) and
-  one measurement of the timed call."""
+def _requests(c, eng, tok, batch: int) -> tuple[list, list, list]:
+  """(requests, their items, skip records) of a cell's batch b (seeds continuing)."""
   from infernix_jax.runtime import GenerationRequest, SamplingOptions
   from infernix_jax.cli.generate import frame_prompt
 
-  loaded = _target(c, ctx)
-  tok = loaded[0].tokenizer
-  eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, loaded))
   items = _items(c, batch)
   first_seed = c.seed + batch * units(c)
   traced = int(c.get("trace_first", 0)) if batch == 0 else 0  # the first requests' traces
-  reqs, kept = [], []
+  reqs, kept, skips = [], [], []
   for i, item in enumerate(items):
     ids = list(tok.encode(frame_prompt(tok, item.prompt)))
     budget = c.max_tokens or item.max_tokens
     if len(ids) + budget + 2 * (eng.k + 1) > c.capacity:
-      yield {"kind": "skip", "item": item.id, "why": f"prompt of {len(ids)} tokens + budget "
-             f"{budget} exceeds capacity {c.capacity}"}
+      skips.append({"kind": "skip", "item": item.id, "why": f"prompt of {len(ids)} tokens + "
+                    f"budget {budget} exceeds capacity {c.capacity}"})
       continue
     constraint = item.output_constraint() if c.constrained else None
     reqs.append(GenerationRequest(
@@ -158,17 +152,37 @@ def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
         sampling=SamplingOptions(temperature=c.temperature, seed=first_seed + i),
         trace=len(reqs) < traced))
     kept.append(item)
+  return reqs, kept, skips
+
+
+def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
+  """The cell's requests (batch b: the b-th further batch of prompts, seeds continuing) and
+  one measurement of the timed call, with the XLA compilations of the warm-up before it
+  (`warmup_xla_compiles`, `warmup_xla_compile_s`: the engine's build and `warmup()` when
+  this cell builds it) and of the timed call itself (`xla_compiles`, `xla_compile_s`: 0 when
+  the warm-up covered every shape)."""
+  from infernix_jax.runtime import GenerationRequest, compile_count
+
+  with compile_count.counting() as warm:
+    loaded = _target(c, ctx)
+    eng = ctx.get("engine", _engine_key(c), lambda: _engine(c, loaded))
+    reqs, kept, skips = _requests(c, eng, loaded[0].tokenizer, batch)
+    # every shape of the timed call: its prompts' prefills, and traced requests' trace step
+    eng.warmup(prompt_lengths=[len(r.prompt_ids) for r in reqs],
+               trace=bool(c.get("trace_first", 0)))
+    if reqs:  # a free and a constrained request outside the measured run
+      eng.generate([GenerationRequest(reqs[0].prompt_ids, max_tokens=2),
+                    GenerationRequest(reqs[0].prompt_ids, max_tokens=2,
+                                      constraint=reqs[0].constraint, backend=reqs[0].backend)])
+  yield from skips
   if not reqs:
     return
-  # Compile the free and the constrained rounds outside the measured run.
-  eng.generate([GenerationRequest(reqs[0].prompt_ids, max_tokens=2),
-                GenerationRequest(reqs[0].prompt_ids, max_tokens=2,
-                                  constraint=reqs[0].constraint, backend=reqs[0].backend)])
   eng.stats.clear()
   eng.host.stats.clear()
-  t0 = time.perf_counter()
-  results = eng.generate(reqs)
-  wall = time.perf_counter() - t0
+  with compile_count.counting() as timed:
+    t0 = time.perf_counter()
+    results = eng.generate(reqs)
+    wall = time.perf_counter() - t0
   for item, req, res in zip(kept, reqs, results):
     completed = res.finish_reason.value == "stop"
     yield {
@@ -191,7 +205,8 @@ def run_cell(c, ctx, batch: int = 0) -> Iterator[dict]:
   rounds = max(st["round_seconds"], 1e-9)
   tokens = sum(len(r.token_ids) for r in results)
   yield {"kind": "measurement", "requests": len(reqs), "tokens": tokens, "wall_s": wall,
-         "tokens_per_s": tokens / wall, "rounds": st["rounds"],
+         "tokens_per_s": tokens / wall, **timed.record(), **warm.record("warmup_"),
+         "rounds": st["rounds"],
          "round_ms": 1e3 * st["round_seconds"] / max(st["rounds"], 1),
          "host_share": (hs["begin_seconds"] + hs["mask_seconds"] + hs["commit_seconds"]) / rounds,
          "host_mask_share": hs["mask_seconds"] / rounds,
@@ -330,21 +345,36 @@ def _bounds(intervals) -> list[tuple[float, float]]:
   return [(lo, hi) for _, lo, hi in intervals]
 
 
+COMPILE_KEYS = ("warmup_xla_compile_s", "xla_compile_s", "xla_compiles")  # summed per cell
+
+
 def _measurements(records) -> dict:
   """Per cell, its timed calls combined (a cell grown in batches has one per batch): tokens/s
-  over all of them, host shares weighted by round time."""
+  over all of them, host shares weighted by round time, compile seconds and counts summed
+  (None where records predate them)."""
   out = {}
   for r in records:
     if r.get("kind") != "measurement":
       continue
-    m = out.setdefault(r["cell"], {"tokens": 0, "wall_s": 0.0, "host": 0.0, "weight": 0.0})
+    m = out.setdefault(r["cell"], {"tokens": 0, "wall_s": 0.0, "host": 0.0, "weight": 0.0,
+                                   **dict.fromkeys(COMPILE_KEYS, 0)})
     weight = r["round_ms"] * r["rounds"]
     m["tokens"] += r["tokens"]
     m["wall_s"] += r["wall_s"]
     m["host"] += r["host_share"] * weight
     m["weight"] += weight
+    for key in COMPILE_KEYS:
+      m[key] = None if m[key] is None or key not in r else m[key] + r[key]
   return {cell: {"tokens_per_s": m["tokens"] / max(m["wall_s"], 1e-9),
-                 "host_share": m["host"] / max(m["weight"], 1e-12)} for cell, m in out.items()}
+                 "host_share": m["host"] / max(m["weight"], 1e-12),
+                 **{key: m[key] for key in COMPILE_KEYS}} for cell, m in out.items()}
+
+
+def _compile_cell(m: dict) -> str:
+  """'warm-up s / timed s (timed compiles)' of a cell's measurements, '-' when unrecorded."""
+  if m.get("xla_compiles") is None:
+    return "-"
+  return f"{m['warmup_xla_compile_s']:.1f} / {m['xla_compile_s']:.1f} ({m['xla_compiles']})"
 
 
 TRACES = "traces"  # the folder of a summary's trace pages
@@ -436,7 +466,8 @@ def summarize(records, c, out: Path) -> str:
     pos = _per_position(rs, k_max)
     rows.append([label(ov[cell]), len(rs), acc_len,
                  " / ".join("-" if np.isnan(p) else f"{p:.2f}" for p in pos),
-                 f"{m.get('tokens_per_s', 0):.1f}", f"{100 * m.get('host_share', 0):.1f}",
+                 f"{m.get('tokens_per_s', 0):.1f}", _compile_cell(m),
+                 f"{100 * m.get('host_share', 0):.1f}",
                  f"{sum(r['valid'] for r in done)}/{len(done)}",
                  sum(r["finish_reason"] == "length" for r in rs),
                  sum(r["jump_forward_tokens"] for r in rs)])
@@ -448,8 +479,8 @@ def summarize(records, c, out: Path) -> str:
            f"{c.max_tokens or 'per-item'} tokens; {c.lanes} lanes.", "",
            plots.table(["cell", "requests", "accepted length",
                         f"acceptance by draft position 1..{k_max}", "tokens/s",
-                        "host % of round", "valid / completed", "hit max_tokens",
-                        "jump-forward drafts"], rows), ""]
+                        "XLA compile s: warm-up / timed (compiles)", "host % of round",
+                        "valid / completed", "hit max_tokens", "jump-forward drafts"], rows), ""]
   # Accepted length per drafter and workload (one bar group per workload), 95% over prompts.
   wl = list(dict.fromkeys(r["workload"] for r in reqs))
   shown, caption = _plotted(cells, ov, by_cell)
@@ -505,7 +536,10 @@ def summarize(records, c, out: Path) -> str:
             "least i; the table gives the point, the plot its 95% interval over prompts (the "
             "same resampling). The bar plot's intervals resample the prompts of each workload "
             "alone. Tokens/s and host %: one timed call over the cell's requests, so no "
-            "interval. Host %: host begin + mask + commit time over round time. Valid: "
+            "interval. XLA compile s: compilation before the timed call (the engine's "
+            "`warmup()` in the cell that builds it) and inside it, with the count of "
+            "compilations inside it (0: tokens/s excludes compilation). Host %: host begin + "
+            "mask + commit time over round time. Valid: "
             "completed outputs accepted by the workload's oracle (jsonschema, label set, "
             "regex)."]
   return "\n".join(parts)

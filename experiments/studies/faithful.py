@@ -49,9 +49,13 @@ def group(c) -> tuple:
 
 def _llm(c, ctx):
   from infernix_jax import LLM
-  return ctx.get("llm", (c.model, c.drafter, c.k, c.lanes),
-                 lambda: LLM(c.model, drafter=c.drafter, k=c.k, lanes=c.lanes, capacity=256,
-                             layout="stacked"))
+
+  def make():
+    llm = LLM(c.model, drafter=c.drafter, k=c.k, lanes=c.lanes, capacity=256, layout="stacked")
+    llm.engine.warmup(laws=True)  # the timed runs sample other laws
+    return llm
+
+  return ctx.get("llm", (c.model, c.drafter, c.k, c.lanes), make)
 
 
 def _local_law(law) -> np.ndarray:
@@ -115,9 +119,10 @@ def run_cell(c, ctx) -> Iterator[dict]:
   from infernix_jax import constrain as ic
   from infernix_jax import faithful
   from infernix_jax.faithful.law import ExactFiniteLaw
-  from infernix_jax.runtime import FinishReason
+  from infernix_jax.runtime import FinishReason, compile_count
 
-  llm = _llm(c, ctx)
+  with compile_count.counting() as warm:
+    llm = _llm(c, ctx)
   constraint = ic.OutputConstraint.grammar(c.grammar)
   prepared = llm.prepare(c.prompt, grammar=c.grammar, max_tokens=c.max_tokens)
   prompt_ids = list(prepared.request.prompt_ids)
@@ -139,9 +144,10 @@ def run_cell(c, ctx) -> Iterator[dict]:
     asks = [dict(prompt=c.prompt, grammar=c.grammar, max_tokens=c.max_tokens,
                  temperature=c.temperature, seed=c.seed + i, sampling_law=name)
             for i in range(c.samples)]
-    t1 = time.perf_counter()
-    done = llm.generate_batch(asks)
-    wall = time.perf_counter() - t1
+    with compile_count.counting() as timed:
+      t1 = time.perf_counter()
+      done = llm.generate_batch(asks)
+      wall = time.perf_counter() - t1
     for ask, d in zip(asks, done):
       yield {"kind": "request", "law": name, "seed": ask["seed"], "text": d.text,
              "finish": d.finish_reason,
@@ -153,13 +159,13 @@ def run_cell(c, ctx) -> Iterator[dict]:
     runs[name] = {"samples": len(done), "complete": len(complete),
                   "tv_to_star": _tv(star, _empirical([d.text.encode() for d in complete]))
                   if complete else None,
-                  "seconds_per_request": wall / len(done),
+                  "seconds_per_request": wall / len(done), **timed.record(),
                   "accepted_length": tokens / rounds if rounds else 0.0}
   top = sorted(star, key=lambda k: -star[k])[:10]
   yield {"kind": "measurement", "nodes": trie.size, "members": int(trie.member.sum()),
          "strings": len(star), "trie_seconds": trie_s, "law_cost": law.cost.to_dict(),
          "tv_exact": _tv(proj, star), "tv_onestep": _tv(onestep, star),
-         "noise_floor": float(floor), "runs": runs,
+         "noise_floor": float(floor), "runs": runs, **warm.record("warmup_"),
          # The whole μ* over strings (a few dozen): the summary resamples each law's engine
          # samples against it.
          "star": [[k.decode(errors="replace"), p] for k, p in sorted(star.items())],

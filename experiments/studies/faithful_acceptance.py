@@ -168,15 +168,23 @@ def _llm(c, ctx):
   laws = ctx.get("laws", (c.model,), lambda: LawCache(size=256))
   name, jump = DRAFTERS[c.drafter]
 
-  llm = ctx.get("llm", (c.model, c.drafter, c.k, c.lanes, c.capacity),
-                lambda: LLM(c.model, drafter=name, k=c.k, jump_forward=jump, lanes=c.lanes,
-                            capacity=c.capacity, layout="stacked"))
+  def make():
+    llm = LLM(c.model, drafter=name, k=c.k, jump_forward=jump, lanes=c.lanes,
+              capacity=c.capacity, layout="stacked")
+    llm.engine.warmup(laws=True)
+    return llm
+
+  llm = ctx.get("llm", (c.model, c.drafter, c.k, c.lanes, c.capacity), make)
   llm.engine.law_cache = laws  # shared by every drafter's engine
   return llm
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
-  llm = _llm(c, ctx)
+  """The cell's requests per law, and a measurement: per law the timed pass's wall and CPU
+  seconds and XLA compilations (`xla_compiles`, `xla_compile_s`), with those of the engine's
+  build, warm-up and untimed pass (`warmup_xla_compiles`, `warmup_xla_compile_s`)."""
+  from infernix_jax.runtime import compile_count
+
   con = CONSTRAINTS[c.constraint]()
   spec = con.spec()
   asks = requests(c)
@@ -187,27 +195,29 @@ def run_cell(c, ctx) -> Iterator[dict]:
                         law_tolerance=con.tolerance if law != "local" and c.temperature > 0
                         else 0.0).request for i, seed in asks]
 
-  # Warm pass (untimed): the same requests once, so the timed pass below compiles nothing (the
-  # round's steps compile per draft width, with and without the law's bias) and finds Φ in
-  # the law cache; the reports of the requests that computed Φ (cache misses) give its
-  # one-off cost.
+  # Warm pass (untimed): the same requests once, so the timed pass below compiles nothing
+  # beyond `warmup()` and finds Φ in the law cache; the reports of the requests that computed
+  # Φ (cache misses) give its one-off cost.
   phi = []
-  for law in LAWS:
-    done = llm.engine.generate(prepare(law, c.max_tokens))
-    if law == "local":
-      continue
-    for (i, _), r in zip(asks, done):
-      rep = r.constraint
-      if rep is not None and rep.law_seconds > 0:
-        phi.append({"prompt": i, "seconds": rep.law_seconds, "forwards": rep.law_forwards,
-                    "tokens": rep.law_tokens, "nodes": rep.law_trie_nodes,
-                    "tv_bound": rep.law_tv_bound, "stop": rep.law_stop})
+  with compile_count.counting() as warm:
+    llm = _llm(c, ctx)
+    for law in LAWS:
+      done = llm.engine.generate(prepare(law, c.max_tokens))
+      if law == "local":
+        continue
+      for (i, _), r in zip(asks, done):
+        rep = r.constraint
+        if rep is not None and rep.law_seconds > 0:
+          phi.append({"prompt": i, "seconds": rep.law_seconds, "forwards": rep.law_forwards,
+                      "tokens": rep.law_tokens, "nodes": rep.law_trie_nodes,
+                      "tv_bound": rep.law_tv_bound, "stop": rep.law_stop})
   timed = {}
   for law in LAWS:
     reqs = prepare(law, c.max_tokens)
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    done = llm.engine.generate(reqs)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    with compile_count.counting() as compiles:
+      t0, cpu0 = time.perf_counter(), time.process_time()
+      done = llm.engine.generate(reqs)
+      wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     for (i, seed), r in zip(asks, done):
       rep = r.constraint
       yield {"kind": "request", "law": law, "prompt": i, "seed": seed, "text": r.text,
@@ -217,8 +227,8 @@ def run_cell(c, ctx) -> Iterator[dict]:
              "tv_bound": rep.law_tv_bound if rep else 0.0,
              "error": r.error}
     timed[law] = {"wall_seconds": wall, "cpu_seconds": cpu,
-                  "tokens": sum(len(r.token_ids) for r in done)}
-  yield {"kind": "measurement", "timed": timed, "phi": phi}
+                  "tokens": sum(len(r.token_ids) for r in done), **compiles.record()}
+  yield {"kind": "measurement", "timed": timed, "phi": phi, **warm.record("warmup_")}
 
 
 # --- summary -------------------------------------------------------------------------------

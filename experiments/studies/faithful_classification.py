@@ -33,31 +33,37 @@ def units(c) -> int:
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
-  from infernix_jax.runtime import GenerationRequest
+  """One record per item: each law's answer, seconds and XLA compilations (`xla_compiles`,
+  `xla_compile_s`); the first record also those of the engine's build and warm-up
+  (`warmup_xla_compiles`, `warmup_xla_compile_s`)."""
+  from infernix_jax.runtime import GenerationRequest, compile_count
   from infernix_jax.cli.generate import frame_prompt
 
-  target = _target(c, ctx)
+  with compile_count.counting() as warm:
+    target = _target(c, ctx)
+    eng = ctx.get("engine", (c.model, c.lanes, c.capacity),
+                  lambda: _engine(c, target, laws=True))
   tok = target[0].tokenizer
   items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
                                 template=c.template, constrained=True), c)
-  eng = ctx.get("engine", (c.model, c.lanes, c.capacity), lambda: _engine(c, target))
   labels = items[0].constraint[1]
-  for item in items:
+  for n, item in enumerate(items):
     ids = list(tok.encode(frame_prompt(tok, item.prompt)))
     base = GenerationRequest(ids, max_tokens=c.max_tokens, constraint=item.output_constraint(),
                              backend=c.backend)
     record = {"kind": "request", "item": item.id, "dataset": c.dataset, "gold": item.reference,
-              "prompt_tokens": len(ids)}
+              "prompt_tokens": len(ids), **(warm.record("warmup_") if n == 0 else {})}
     for law in LAWS:
-      t0 = time.perf_counter()
-      res = eng.generate([dataclasses.replace(base, sampling_law=law, request_id="")])[0]
-      seconds = time.perf_counter() - t0
+      with compile_count.counting() as compiles:
+        t0 = time.perf_counter()
+        res = eng.generate([dataclasses.replace(base, sampling_law=law, request_id="")])[0]
+        seconds = time.perf_counter() - t0
       answer = res.text.strip()
       report = res.constraint
       record[law] = {
           "text": res.text, "error": res.error, "valid": answer in labels,
           "predicted": match(answer, labels), "correct": match(answer, labels) == item.reference,
-          "seconds": seconds, "tokens": len(res.token_ids),
+          "seconds": seconds, "tokens": len(res.token_ids), **compiles.record(),
           "law_seconds": report.law_seconds if report else 0.0,
           "law_forwards": report.law_forwards if report else 0,
           "law_tokens": report.law_tokens if report else 0,

@@ -431,7 +431,7 @@ def generate() -> dict:
 
   if f.warmup:
     with _phase("warming up"):
-      engine.warmup()
+      engine.warmup(prompt_lengths=[len(ids)])
       engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2)])
       if constraint is not None:  # the constrained round compiles Finish with a mask
         engine.generate([GenerationRequest(prompt_ids=ids, max_tokens=2, constraint=constraint,

@@ -17,16 +17,17 @@ from infernix_jax.models.kv_cache import KVCache
 DEFAULT_CHUNK = 256  # prefill tokens per compiled call; longer prompts loop over chunks
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps",),
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("taps", "span"),
                    donate_argnums=(2,))
-def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits, taps=None):
+def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits, taps=None,
+                   span=None):
   """One chunk: tokens [B, T] (T the chunk length), counts i32[B] valid tokens per row."""
   model = nnx.merge(graphdef, state)
   if taps is None:
-    hidden, cache = model(tokens, cache)  # [B, T, D]
+    hidden, cache = model(tokens, cache, span=span)  # [B, T, D]
     final = hidden
   else:  # the logits still need the last layer: tap it too, split it off
-    both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1))
+    both, cache = model(tokens, cache, taps=(*taps, model.cfg.num_layers - 1), span=span)
     hidden, final = both[..., :-model.cfg.dim], both[..., -model.cfg.dim:]
   last = jnp.take_along_axis(final, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)
   logits = model.logits(last[:, 0])  # [B, Vm]
@@ -35,7 +36,7 @@ def _prefill_chunk(graphdef, state, cache: KVCache, tokens, counts, last_logits,
 
 
 def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DEFAULT_CHUNK,
-            taps: tuple[int, ...] | None = None):
+            taps: tuple[int, ...] | None = None, span: int | None = None):
   """Appends right-padded prompts to the cache in chunks of at most `chunk` tokens.
 
   Row b appends tokens[b, :lengths[b]] at its own offset cache.lengths[b]; padding is
@@ -49,6 +50,9 @@ def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DE
     lengths: i32[B], valid tokens per row (0 leaves a row untouched).
     chunk: tokens per compiled call; prompts longer than it are padded to a multiple.
     taps: layers whose outputs form `hidden` (see `Transformer.__call__`); None: the last.
+    span: static; attention reads only the first `span` cache positions, which must hold
+      every row's cache.lengths[b] + T (a prompt into empty rows: span = T); None: the whole
+      capacity.
 
   Returns:
     (logits f32[B, Vm] at each row's last appended token (zeros for rows with
@@ -69,7 +73,8 @@ def prefill(graphdef, state, cache: KVCache, tokens, lengths, *, chunk: int = DE
   for start in range(0, tokens.shape[1], chunk):
     counts = jnp.clip(lengths - start, 0, chunk)
     last_logits, hidden, cache = _prefill_chunk(
-        graphdef, state, cache, tokens[:, start:start + chunk], counts, last_logits, taps=taps)
+        graphdef, state, cache, tokens[:, start:start + chunk], counts, last_logits, taps=taps,
+        span=span)
     hiddens.append(hidden)
   hidden = hiddens[0] if len(hiddens) == 1 else jnp.concatenate(hiddens, axis=1)
   return last_logits, hidden[:, :t], cache

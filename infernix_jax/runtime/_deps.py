@@ -22,10 +22,11 @@ def tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes, pa
                         ip.OneHotQ(), params, seed, position, vocab_size=vocab_size)
 
 
-def prefill(graphdef, state, cache, tokens, lengths):
-  """Target prefill of tokens [B, T] (lengths real) -> (logits, hidden, cache)."""
+def prefill(graphdef, state, cache, tokens, lengths, span=None):
+  """Target prefill of tokens [B, T] (lengths real), attending over the first `span` cache
+  positions (None: all) -> (logits, hidden, cache)."""
   from infernix_jax import models as im
-  return im.prefill(graphdef, state, cache, tokens, lengths)
+  return im.prefill(graphdef, state, cache, tokens, lengths, span=span)
 
 
 def kv_cache_init(cfg, batch: int, capacity: int, dtype=None):

@@ -14,13 +14,13 @@ import jax
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import _deps, _round, _thinking, prefill
+from infernix_jax.runtime import _deps, _round, _thinking, _warmup, prefill
 from infernix_jax.runtime._host import HostState
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
 from infernix_jax.runtime._session import build_session
 from infernix_jax.runtime.build import BRIDGES
-from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter, Proposal
+from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter
 from infernix_jax.errors import ParameterError
 from infernix_jax.runtime.errors import CapacityError
 from infernix_jax.runtime.types import GenerationRequest, GenerationResult
@@ -232,83 +232,65 @@ class Engine:
     """Whether a request is waiting or running (`step` has work to do)."""
     return bool(self.host.waiting) or self.host.any_active()
 
-  def warmup(self) -> None:
-    """Compiles the round's device steps for the shapes rounds will take, on idle lanes.
+  def warmup(self, *, prompt_lengths: Iterable[int] = (), trace: bool = False,
+             laws: bool = False) -> None:
+    """Compiles every device step a request within the engine's capacity can reach, on idle
+    lanes (nothing is committed; later outputs are unchanged). Call it before timing.
 
-    On the stages bridge a host drafter's round verifies max(drafts) + 1 positions and
-    attends over a bucketed span of the cache, so Verify and Finish (with and without a
-    mask) are compiled here for every width 1 .. K + 1 and every span up to the capacity;
-    nothing is committed. A device drafter's rounds verify K + 1 positions (compiled here
-    for every span); its propose, Finish over its q, and the callback bridge's loop compile
-    on their first round. Call it before timing generations.
+    Covered: the admission prefills of the prompts of `prompt_lengths` (their buckets, over
+    1, 2, 4 .. and all B admitted lanes; compiled without running) and a device drafter's
+    extend over each of those buckets (run); on the stages bridge, the round
+    (`_warmup.warm_rounds`) for every verified width and attention span, with and without
+    masks and the min_tokens ban: propose, verify, Finish over the drafter's own q, advance;
+    on the callback bridge, its compiled loop. Left to first use (their shapes depend on the
+    request): the logprobs step (per top-N), the device automaton, presence/frequency/
+    repetition penalties (per history bucket), clearing a lane that went non-finite, a
+    sampling law's own forwards, and unless asked for, the trace step and Finish under a
+    sampling-law bias.
+
+    Args:
+      prompt_lengths: prompt token counts the timed requests will have; each bucket costs a
+        prefill compile per admitted-row count (seconds each on a real model), so callers
+        name the prompts they will time. Empty: the first admission of each prompt bucket
+        compiles its prefill.
+      trace: also compile the trace step (for timed runs of traced requests).
+      laws: also compile Finish under a sampling-law bias (requests with a sampling_law
+        other than "local").
 
     Raises:
       RuntimeError: requests are waiting or running.
     """
     if self.busy:
       raise RuntimeError("warmup() needs an idle engine (no waiting or running request)")
+    self._warm_admissions(prompt_lengths)
+    args, st, rs = self._round_args(), self._statics(), self._round_state
     if self.bridge != "stages":
+      self._round_state = _warmup.warm_callback(self.host, rs, args, st, self.callback_rounds)
       return
-    from infernix_jax.pallas import OneHotQ
-    args = self._round_args()
-    b, w = self.b, mask_layout.mask_words(self.vocab.size)
-    widths = _round.verified_widths(self.drafter)
     spans = sorted({_round.attention_span([s], 1, self.capacity)
-                    for s in range(0, self.capacity, _round.SPAN_STEP)}, key=lambda s: s or 0)
-    zeros = np.zeros((b,), np.int32)
-    cache = self._round_state.cache
-    # Rounds pass the cache a jitted step returned (committed to its devices): so does this.
-    _, _, cache = _round._JIT[_round.verify_step](
-        self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)),
-        self._place.rows(np.zeros((b, widths[0]), np.int32)), span=spans[0])
-    if self.drafter.tree:
-      self._round_state = _round.RoundState(
-          cache=self._warm_tree(args, widths, spans, cache), draft=self._round_state.draft)
-      return
-    for width in widths:
-      drafts = self._place.rows(np.zeros((b, width), np.int32))
-      for span in spans:
-        logits, _, cache = _round._JIT[_round.verify_step](
-            self.graphdef, self.state, cache, *self._place.rows((zeros, zeros)), drafts,
-            span=span)
-      if _round.finish_compiles_with_proposal(self.drafter):  # its own q type: first round
-        continue
-      prop = Proposal(drafts, self._place.rows(zeros), OneHotQ())
-      masks = (None, self._place.rows((np.zeros((b, width + 1, w), np.int32),
-                                        np.zeros((b, width + 1), np.int8),
-                                        np.zeros((b,), bool))))
-      for mask in masks:
-        out = _round._JIT[_round.finish_step](
-            logits, *(mask or (None, None, None)), prop, args.params, args.seed,
-            self._place.rows(zeros), vocab_size=self.vocab.size,
-            masked_q=self.masked_q and self.drafter.sampling,
-            drop_illegal=self.acceptance == "drop-illegal")
-        jax.block_until_ready(out)
-    self._round_state = _round.RoundState(cache=cache, draft=self._round_state.draft)
+                    for s in range(0, self.capacity, _round.SPAN_STEP)},
+                   key=lambda s: s or self.capacity)
+    self._round_state = _warmup.warm_rounds(self.host, rs, args, st, spans, trace=trace,
+                                            laws=laws)
 
-  def _warm_tree(self, args, widths, spans, cache):
-    """`warmup` for a tree drafter: its tree verify for every width and span, its depths and
-    Finish over the tree with and without a mask -> the cache."""
-    from infernix_jax.pallas import OneHotQ
-    b, w = self.b, mask_layout.mask_words(self.vocab.size)
-    zeros = self._place.rows(np.zeros((b,), np.int32))
-    for width in widths:
-      drafts, parents = self._place.rows((np.zeros((b, width), np.int32),
-                                          np.full((b, width), -1, np.int32)))
-      _round._JIT[_round._tree_depth](parents, zeros)
-      for span in spans:
-        logits, hidden, cache = _round._JIT[_round.tree_verify_step](
-            self.graphdef, self.state, cache, zeros, zeros, drafts, parents, zeros, span=span)
-      prop = Proposal(drafts, zeros, OneHotQ(), parents)
-      masks = (None, self._place.rows((np.zeros((b, width + 1, w), np.int32),
-                                        np.zeros((b, width + 1), np.int8),
-                                        np.zeros((b,), bool))))
-      for mask in masks:
-        *out, cache = _round._JIT[_round.tree_finish_step](
-            logits, *(mask or (None, None, None)), prop, args.params, args.seed, zeros, cache,
-            zeros, hidden, vocab_size=self.vocab.size)
-        jax.block_until_ready(out)
-    return cache
+  def _warm_admissions(self, prompt_lengths: Iterable[int]) -> None:
+    """`warmup` of admissions: the prefill of each named prompt's bucket T and admitted-row
+    count compiled (not run); a device drafter's extend run once per bucket on every lane."""
+    longest = self.capacity - self.k - 2  # a prompt that fits (max_tokens >= 1), a close
+    buckets = sorted({prefill.bucket(min(max(int(n) - 1, 1), longest))
+                      for n in prompt_lengths if int(n) > 1})
+    rows = [self.b]  # all lanes: `append_tokens`; 1, 2, 4 .. < B rows: `append_rows`
+    while self._place.mesh is None and 2 ** (len(rows) - 1) < self.b:
+      rows.insert(-1, 2 ** (len(rows) - 1))
+    for t in buckets:
+      for r in rows:
+        fn, args, static = self._prefill_call({b: [0] * (t + 1) for b in range(r)})
+        out = fn.lower(*args, **static).compile()
+      if self.drafter.on_device:
+        hidden = jax.numpy.zeros(out.out_info[0].shape, out.out_info[0].dtype)  # [B, T, D]
+        self._round_state = _round.extend_drafter(
+            self.drafter, self._dparams, self._round_state,
+            {b: [0] * (t + 1) for b in range(self.b)}, hidden, reset=True)
 
   def run(self) -> None:
     """Decodes until no request is waiting or running."""
@@ -361,12 +343,24 @@ class Engine:
     admitted = self.host.admit()
     if not admitted:
       return
+    hidden, cache = None, self._round_state.cache
+    if max(len(p) for p in admitted.values()) > 1:
+      fn, args, static = self._prefill_call(admitted)
+      hidden, cache = fn(*args, **static)
+    draft = self.drafter.admit(self._round_state.draft, {
+        b: self.host.lanes[b].request.history_key() for b in admitted})
+    self._round_state = _round.extend_drafter(
+        self.drafter, self._dparams, _round.RoundState(cache, draft), admitted, hidden,
+        reset=True)
+
+  def _prefill_call(self, admitted: dict[int, list[int]]):
+    """The jitted prefill of an admission (lane -> prompt, some longer than one token) and
+    its arguments -> (fn, args, static kwargs); `warmup` compiles the same calls."""
     longest = max(len(p) - 1 for p in admitted.values())
-    hidden = None
     cache = self._round_state.cache
     rows = sorted(admitted)
     width = prefill.bucket(len(rows), minimum=1)  # R: admitted lanes, padded to a power of two
-    if longest > 0 and width < self.b and self._place.mesh is None:
+    if width < self.b and self._place.mesh is None:
       # Compute only the admitted rows (a prompt joining a busy batch is not run B times).
       rows += [rows[-1]] * (width - len(rows))  # padding repeats a row with its own tokens
       tokens = np.zeros((width, prefill.bucket(longest)), np.int32)  # [R, T]
@@ -375,25 +369,18 @@ class Engine:
         p = admitted[b]
         tokens[i, :len(p) - 1] = p[:-1]
         counts[i] = len(p) - 1
-      hidden, cache = prefill.append_rows(self.graphdef, self.state, cache,
-                                         np.asarray(rows, np.int32), tokens, counts,
-                                         lanes=self.b)
-    elif longest > 0:
-      tokens = np.zeros((self.b, prefill.bucket(longest)), np.int32)  # [B, T]
-      counts = np.zeros((self.b,), np.int32)
-      for b, p in admitted.items():
-        tokens[b, :len(p) - 1] = p[:-1]
-        counts[b] = len(p) - 1
-      start = self.host.lengths.copy()
-      start[list(admitted)] = 0
-      start, tokens, counts = self._place.rows((start, tokens, counts))
-      hidden, cache = prefill.append_tokens(self.graphdef, self.state, cache.with_lengths(start),
-                                           tokens, counts)
-    draft = self.drafter.admit(self._round_state.draft, {
-        b: self.host.lanes[b].request.history_key() for b in admitted})
-    self._round_state = _round.extend_drafter(
-        self.drafter, self._dparams, _round.RoundState(cache, draft), admitted, hidden,
-        reset=True)
+      return prefill.append_rows, (self.graphdef, self.state, cache, np.asarray(rows, np.int32),
+                                   tokens, counts), {"lanes": self.b}
+    tokens = np.zeros((self.b, prefill.bucket(longest)), np.int32)  # [B, T]
+    counts = np.zeros((self.b,), np.int32)
+    for b, p in admitted.items():
+      tokens[b, :len(p) - 1] = p[:-1]
+      counts[b] = len(p) - 1
+    start = self.host.lengths.copy()
+    start[list(admitted)] = 0
+    start, tokens, counts = self._place.rows((start, tokens, counts))
+    return prefill.append_tokens, (self.graphdef, self.state, cache.with_lengths(start), tokens,
+                                   counts), {}
 
   def _forced_closes(self) -> None:
     """Appends the forced close to every lane whose reasoning reached its budget, as one step.

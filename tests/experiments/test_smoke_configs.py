@@ -128,6 +128,21 @@ def test_decode_records_hold_the_full_request(smoke_runs):
   assert json.loads((d / "config.json").read_text())["study"] == "decode"
 
 
+def test_decode_timed_calls_compile_nothing(smoke_runs):
+  """The decode study times generations only: after the engine's `warmup()` (in the first
+  cell, which builds the engine) no timed call compiled an XLA program, later cells on the same
+  engine compile nothing at all, and the summary shows compile time apart from tokens/s."""
+  c, d = smoke_runs("acceptance")
+  meas = [r for r in store.read_records(d) if r.get("kind") == "measurement"]
+  assert len(meas) == len(_cells(d)) * c.max_units // c.per_workload  # one per batch
+  assert [m["xla_compiles"] for m in meas] == [0] * len(meas), meas
+  warm = sorted(m["warmup_xla_compiles"] for m in meas)
+  assert warm[:-1] == [0] * (len(meas) - 1) and warm[-1] > 0, warm
+  summary = (d / "summary.md").read_text()
+  assert "XLA compile s: warm-up / timed (compiles)" in summary
+  assert summary.count("/ 0.0 (0) |") == len(_cells(d))
+
+
 @pytest.mark.parametrize("name,variant", [("acceptance", ""), ("acceptance", "k"),
                                           ("acceptance", "backend"), ("acceptance", "flagship"),
                                           ("acceptance", "trees"),

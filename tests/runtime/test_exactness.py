@@ -308,35 +308,6 @@ def test_unrolled_layout_spans_and_timelines_keep_greedy_tokens(name, monkeypatc
       assert eng.timeline.round >= 1
 
 
-@pytest.mark.parametrize("name", ["jump+ngram", "dflash2"])
-def test_warmup_compiles_every_round_shape_and_keeps_tokens(name, monkeypatch, caplog):
-  """After `warmup()` a generation compiles no further Verify (every width and span it can
-  take is already built), nor Finish for a host drafter, and still yields ordinary greedy's
-  tokens."""
-  import jax
-  from infernix_jax.runtime import _round
-  monkeypatch.setattr(_round, "SPAN_STEP", 8)
-  cfg, model = h.tiny_model()
-  eng = Engine(model, h.toy_vocab(), VARIANTS[name], lanes=4, capacity=32)
-  eng.warmup()
-  cases = [(p, c) for p in range(len(PROMPTS)) for c in (None, BACKENDS[0])]
-  requests = [GenerationRequest(PROMPTS[p], max_tokens=6,
-                                constraint=SPEC.with_backend(c) if c else None)
-              for p, c in cases]
-  with jax.log_compiles(True), caplog.at_level("WARNING"):
-    results = run(eng, requests)
-  compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
-  steps = ("verify_step",) if eng.drafter.on_device else ("verify_step", "finish_step")
-  assert not [m for m in compiled if any(step in m for step in steps)], compiled
-  for (p, c), r in zip(cases, results):
-    [want] = exact(p, 6, 0.0, c is not None)
-    assert tuple(r.token_ids) == want, (name, p, c)
-  eng.submit(GenerationRequest(PROMPTS[0], max_tokens=2))
-  with pytest.raises(RuntimeError, match="idle engine"):
-    eng.warmup()
-  eng.run()
-
-
 @pytest.mark.parametrize("name", ["none", "jump+ngram", "dflash2"])
 def test_lanes_admitted_one_by_one_keep_greedy_tokens(name, monkeypatch):
   """More requests than lanes, finishing at different times: each admission prefills only the
