@@ -11,9 +11,11 @@ any other device (this CPU) from its measured GEMV bandwidth and a stated dense 
 
   .venv/bin/python benchmarks/projection_check.py [--models SmolLM2-135M-Instruct,Qwen3-0.6B]
       [--dtype float32] [--batch 1,4] [--p 5,9] [--prompt 256] [--steps 16]
-      [--flops 280e9] [--json FILE] [--write]
+      [--flops 280e9] [--json FILE] [--write] [--out FILE]
+  .venv/bin/python benchmarks/projection_check.py --from-json FILE --out REPORT
 
-`--write` writes docs/results/projection_check.md.
+`--write` writes docs/results/projection_check.md (or --out); `--from-json` writes the report
+of a run measured elsewhere (docs/results/projection_check_h200.md: `scripts/gpu_check.sh`).
 """
 
 from __future__ import annotations
@@ -68,7 +70,15 @@ def main() -> int:
   parser.add_argument("--gemv-repeats", type=int, default=10)
   parser.add_argument("--json", default="", help="also write the rows as JSON here")
   parser.add_argument("--write", action="store_true", help=f"write {REPORT.relative_to(ROOT)}")
+  parser.add_argument("--out", default="", help="the report's path with --write or --from-json")
+  parser.add_argument("--from-json", default="",
+                      help="measure nothing: write the report (--out) of a run's --json, e.g. "
+                           "one that scripts/gpu_check.sh brought back from a GPU")
   args = parser.parse_args()
+  if args.from_json:
+    write_report(json.loads(Path(args.from_json).read_text()),
+                 Path(args.out) if args.out else REPORT)
+    return 0
   names = [m.strip() for m in args.models.split(",") if m.strip()]
   unknown = [m for m in names if m not in presets.PRESETS]
   if unknown:
@@ -99,38 +109,48 @@ def main() -> int:
               f"t(P)/t(1) {row['measured_over_decode']:5.2f} vs "
               f"{row['projected_over_decode']:5.2f}", flush=True)
     del model
+  run = {"hardware": hw.name, "date": str(datetime.date.today()),
+         "machine": platform.machine(), "device": jax.devices()[0].device_kind,
+         "jax": jax.__version__, "dtype": args.dtype, "prompt": args.prompt,
+         "steps": args.steps, "rows": rows}
   if args.json:
-    Path(args.json).write_text(json.dumps({"hardware": hw.name, "rows": rows}, indent=1))
+    Path(args.json).write_text(json.dumps(run, indent=1))
   if args.write:
-    lines = ["# The speedup projection's step model vs measured step times", "",
-             f"Written by `benchmarks/projection_check.py` on {datetime.date.today()} "
-             f"({platform.machine()}, {jax.devices()[0].device_kind}, jax {jax.__version__}); "
-             f"{args.dtype} random-weight models of the published shapes, {args.prompt} cached "
-             f"positions, medians of {args.steps} interleaved calls. Roofline: {hw.name}, "
-             "20 us per step.", "",
-             "A projected speedup depends on the steps through t(verify P) / t(decode 1); the "
-             "last two columns compare that ratio measured and projected. measured / "
-             "projected above 1 is time the roofline does not see (dispatch, attention and "
-             "norm kernels below peak).", "",
-             "| model | lanes | P | measured ms | projected ms | measured / projected | "
-             "t(P)/t(1) measured | t(P)/t(1) projected |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['model']} | {r['lanes']} | {r['positions']} | {r['measured_ms']:.2f} | "
-              f"{r['projected_ms']:.2f} | {r['measured_ms'] / r['projected_ms']:.2f} | "
-              f"{r['measured_over_decode']:.2f} | {r['projected_over_decode']:.2f} |"
-              for r in rows]
-    over = [r["measured_over_decode"] / r["projected_over_decode"] for r in rows
-            if r["positions"] > 1]
-    if over:
-      lines += ["", f"Over all verify rows, measured t(P)/t(1) is x{min(over):.2f}-"
-                f"{max(over):.2f} the projected one: a projected speedup on this device is "
-                "off by about that factor (above 1: the projection is optimistic, the verify "
-                "costing more than its roofline says; below 1: pessimistic). The acceptance "
-                "studies' columns project onto an H200 and a TPU v5e, whose check is "
-                "`scripts/gpu_check.sh` on such a device."]
-    REPORT.write_text("\n".join(lines) + "\n")
-    print(f"wrote {REPORT}")
+    write_report(run, Path(args.out) if args.out else REPORT)
   return 0
+
+
+def write_report(run: dict, path: Path) -> None:
+  """The markdown report of one run (`main`'s JSON: the rows and the run's facts) -> path."""
+  rows, hw_name = run["rows"], run["hardware"]
+  lines = ["# The speedup projection's step model vs measured step times", "",
+           f"Written by `benchmarks/projection_check.py` from a run on {run['date']} "
+           f"({run['machine']}, {run['device']}, jax {run['jax']}); "
+           f"{run['dtype']} random-weight models of the published shapes, {run['prompt']} "
+           f"cached positions, medians of {run['steps']} interleaved calls. Roofline: "
+           f"{hw_name}, 20 us per step.", "",
+           "A projected speedup depends on the steps through t(verify P) / t(decode 1); the "
+           "last two columns compare that ratio measured and projected. measured / "
+           "projected above 1 is time the roofline does not see (dispatch, attention and "
+           "norm kernels below peak).", "",
+           "| model | lanes | P | measured ms | projected ms | measured / projected | "
+           "t(P)/t(1) measured | t(P)/t(1) projected |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+  lines += [f"| {r['model']} | {r['lanes']} | {r['positions']} | {r['measured_ms']:.2f} | "
+            f"{r['projected_ms']:.2f} | {r['measured_ms'] / r['projected_ms']:.2f} | "
+            f"{r['measured_over_decode']:.2f} | {r['projected_over_decode']:.2f} |"
+            for r in rows]
+  over = [r["measured_over_decode"] / r["projected_over_decode"] for r in rows
+          if r["positions"] > 1]
+  if over:
+    lines += ["", f"Over all verify rows, measured t(P)/t(1) is x{min(over):.2f}-"
+              f"{max(over):.2f} the projected one: a projected speedup on this device is "
+              "off by about that factor (above 1: the projection is optimistic, the verify "
+              "costing more than its roofline says; below 1: pessimistic). The acceptance "
+              "studies' columns project onto an H200 and a TPU v5e, whose check is "
+              "`scripts/gpu_check.sh` on such a device."]
+  path.write_text("\n".join(lines) + "\n")
+  print(f"wrote {path}")
 
 
 if __name__ == "__main__":

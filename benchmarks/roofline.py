@@ -27,8 +27,10 @@ new positions too).
   .venv/bin/python benchmarks/roofline.py [--dtype float32] [--repeats 10] [--capacity 1024]
       [--context 150] [--model SmolLM2-135M-Instruct] [--quick] [--budget S] [--json FILE]
       [--write]
+  .venv/bin/python benchmarks/roofline.py --from-json FILE --out REPORT
 
-`--write` writes docs/results/roofline.md and docs/results/roofline.json.
+`--write` writes docs/results/roofline.md and docs/results/roofline.json; `--from-json` renders
+a run measured elsewhere (docs/results/roofline_h200.md, from `scripts/gpu_check.sh`).
 """
 
 from __future__ import annotations
@@ -622,7 +624,17 @@ def main(argv: list[str] | None = None, cfg: im.ModelConfig | None = None) -> in
   ap.add_argument("--json", default="", help="write the results here (also while running)")
   ap.add_argument("--write", action="store_true",
                   help=f"write {REPORT_MD.relative_to(ROOT)} and {REPORT_JSON.relative_to(ROOT)}")
+  ap.add_argument("--from-json", default="",
+                  help="measure nothing: print the report of a run's --json (one a GPU run of "
+                       "scripts/gpu_check.sh brought back); with --out, write it there")
+  ap.add_argument("--out", default="", help="the report's path for --from-json")
   args = ap.parse_args(argv)
+  if args.from_json:
+    text = report.markdown(json.loads(Path(args.from_json).read_text()))
+    print(text)
+    if args.out:
+      Path(args.out).write_text(text)
+    return 0
   if args.repeats < 1:
     ap.error(f"--repeats={args.repeats} must be at least 1")
   if args.context < 1 or args.context + max(STEP_M) > min(args.capacity, *CAPACITIES):
