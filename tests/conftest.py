@@ -2,9 +2,11 @@
 
 - The CLI's persistent compilation cache stays off inside tests (each test process compiles
   for itself; nothing is written under the user's home).
-- Compiled programs are released between test modules once the process holds many memory
-  maps (`compile_cache.release_if_crowded`): the whole suite in one process otherwise passes
-  the kernel's vm.max_map_count, and the compile that fails there crashes the process.
+- Compiled programs are released after a test once the process holds many memory maps
+  (`compile_cache.release_if_crowded`, checked after every test: one module such as the
+  exactness matrix compiles enough to pass the limit by itself): the whole suite in one
+  process otherwise passes the kernel's vm.max_map_count, and the compile that fails there
+  crashes the process (an abort, or a hang in the unwinder).
 - The embedded SmolLM2 is loaded and compiled once per configuration for the whole session:
   `smollm2_model` (the weights), `smollm2_llm` (one warmed-up `LLM`, whose engine the engine
   tests share) and `smollm2_engine(bridge)`. A test must not change their state past its end.
@@ -115,7 +117,7 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True)
 def _release_compiled_programs():
   yield
   from infernix_jax.runtime import compile_cache

@@ -154,27 +154,25 @@ def write_kv(cache: jax.Array, new: jax.Array, layer, starts: jax.Array) -> jax.
   """Stores one layer's new keys (or values) new [B, T, G, H] at slots starts[b] + t of
   cache [L, B, S, G, H] layer `layer`; slots >= S are dropped.
 
-  Each row updates a window of T slots in place (a dynamic update slice, clamped inside the
-  capacity, keeping the old entries where no new token lands), so a write costs O(T), not
-  O(S). A chunk longer than the capacity (T > S) falls back to a dropping scatter.
+  Every row rewrites a window of T slots that lies inside the capacity (its start clamped to
+  S - T), keeping the old entries where no new token lands, in one in-bounds scatter: XLA
+  updates the donated cache in place, a write costs O(B T), not O(S), and the step's program
+  does not grow with the lanes. A chunk longer than the capacity (T > S) falls back to a
+  dropping scatter.
   """
   b, t = new.shape[:2]
   capacity = cache.shape[2]
   new = new.astype(cache.dtype)
+  rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
   if t > capacity:
     slots = starts[:, None] + jnp.arange(t, dtype=jnp.int32)
-    rows = jnp.arange(b, dtype=jnp.int32)[:, None]
     return cache.at[layer, rows, slots].set(new, mode="drop")
-  for row in range(b):
-    start = starts[row]
-    window = jnp.clip(start, 0, capacity - t)
-    index = window + jnp.arange(t, dtype=jnp.int32) - start  # new token landing at each slot
-    lands = ((index >= 0) & (index < t))[None, None, :, None, None]
-    corner = (layer, row, window) + (0,) * (cache.ndim - 3)
-    old = jax.lax.dynamic_slice(cache, corner, (1, 1, t) + cache.shape[3:])
-    put = jnp.take(new[row], jnp.clip(index, 0, t - 1), axis=0)[None, None]
-    cache = jax.lax.dynamic_update_slice(cache, jnp.where(lands, put, old), corner)
-  return cache
+  window = jnp.clip(starts, 0, capacity - t)[:, None] + jnp.arange(t, dtype=jnp.int32)  # [B, T]
+  index = window - starts[:, None]  # the new token landing in each window slot
+  lands = ((index >= 0) & (index < t))[..., None, None]
+  arriving = jnp.take_along_axis(new, jnp.clip(index, 0, t - 1)[..., None, None], axis=1)
+  put = jnp.where(lands, arriving, cache[layer, rows, window])
+  return cache.at[layer, rows, window].set(put, mode="promise_in_bounds")
 
 
 def cached_layers(cfg: ModelConfig, params: dict[str, jax.Array], x: jax.Array,
