@@ -57,10 +57,20 @@ def map_pressure() -> float:
     return 0.0
 
 
+_releases = 0  # how many times `release_if_crowded` dropped the compiled programs
+
+
+def releases() -> int:
+  """How many times this process dropped its compiled programs (`release_if_crowded`): what
+  was warmed up before a change of this count compiles again."""
+  return _releases
+
+
 def release_if_crowded(threshold: float = 0.4) -> bool:
   """Drops every cached compiled program (`jax.clear_caches`) when `map_pressure()` is above
   `threshold`; returns whether it did. Later calls recompile (or load from the persistent
   cache)."""
+  global _releases
   if map_pressure() <= threshold:
     return False
   import gc
@@ -69,4 +79,5 @@ def release_if_crowded(threshold: float = 0.4) -> bool:
 
   jax.clear_caches()
   gc.collect()
+  _releases += 1
   return True

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.runtime import _round, compile_count, drafters
+from infernix_jax.runtime import _round, _warmup, compile_cache, compile_count, drafters
 from infernix_jax.runtime.engine import Engine
 from infernix_jax.runtime.types import GenerationRequest
 from infernix_jax.testing import exact_oracle as h
@@ -62,9 +62,18 @@ def test_warmup_leaves_nothing_to_compile(name, k, monkeypatch):
   drafter = drafters.create(name, {o: v for o, v in options.items() if o in drafters.fields(name)},
                             target=(cfg, model), jump_forward=True)
   eng = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32)
+  rounds = []
+  real = _warmup.warm_rounds
+  monkeypatch.setattr(_warmup, "warm_rounds", lambda *a, **k: rounds.append(1) or real(*a, **k))
+  lengths = [len(r.prompt_ids) for r in _requests()]
   with compile_count.counting() as warm:
-    eng.warmup(prompt_lengths=[len(r.prompt_ids) for r in _requests()])
+    eng.warmup(prompt_lengths=lengths)
   assert warm.compiles > 0
+  eng.warmup(prompt_lengths=lengths)  # done already: nothing is warmed again
+  assert len(rounds) == 1
+  monkeypatch.setattr(compile_cache, "_releases", compile_cache.releases() + 1)
+  eng.warmup(prompt_lengths=lengths)  # the programs were dropped since: warmed again
+  assert len(rounds) == 2
   with compile_count.counting() as timed:
     results = eng.generate(_requests())
   assert timed.compiles == 0, timed.names
