@@ -1,0 +1,102 @@
+"""The teacher-scored corpus: written items split by identity, a smoke build whose stored
+distributions match an independent single-sequence forward (FP64 log-softmax), and a build
+that resumes at its first unfinished shard. Skipped without the shared data or the embedded
+model's tokenizer."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not (ROOT.parent / "shared/data/jsonschemabench").is_dir(),
+                                reason="needs ../shared/data")
+
+
+def test_written_items_keep_validation_out_of_training():
+  from infernix_jax.train import prompts, sources
+  counts = {"maskbench": 40, "bfcl": 20, "banking77": 20, "clinc150": 20, "trec": 20}
+  train = sources.items(counts, "train")
+  val = sources.items(counts, "validation")
+  assert {i.source for i in train} == set(sources.SOURCES)
+  names = lambda xs: {i.name.split("#")[0] for i in xs}  # noqa: E731
+  assert names(train).isdisjoint(names(val))
+  assert all(prompts.split_of(n) == "validation" for n in names(val))
+  for item in train:
+    if item.family in ("json", "tool"):
+      json.loads(item.answer)  # the answers are JSON documents
+  with pytest.raises(ValueError, match="unknown corpus sources"):
+    sources.items({"sharegpt": 1})
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  from infernix_jax import models as im
+  try:
+    im.default_model_path()
+  except Exception as e:  # noqa: BLE001
+    pytest.skip(f"embedded model absent: {e}")
+  sys.path.insert(0, str(ROOT))
+  import importlib
+  c = importlib.import_module("configs.corpus").get_config("smoke")
+  c.self_mix = {"json": 1}
+  c.cache_dir = str(tmp_path_factory.mktemp("corpus"))
+  from infernix_jax.train import teacher_corpus
+  return c, teacher_corpus.build(c)
+
+
+@pytest.mark.slow
+def test_smoke_corpus_matches_a_single_sequence_forward(smoke):
+  from flax import nnx
+
+  from infernix_jax.models import phases
+  from infernix_jax.models.kv_cache import KVCache
+  from infernix_jax.train import corpus
+  c, built = smoke
+  m = built.manifest
+  assert m["tokens"] == built.tokens > 0 and len(built) == m["sequences"]
+  assert set(m["mix"]) >= {"maskbench", "bfcl", "self"}
+  assert m["scoring"]["tokens_per_second"] > 0
+  target, _ = corpus.load_target("tiny-random")
+  graphdef, state = nnx.split(target.model)
+  d = target.cfg.dim
+  for i in (0, len(built) - 1):
+    seq = built.sequence(i)
+    n = len(seq["tokens"])
+    assert seq["features"].shape == (n, len(m["taps"]) * d) and seq["last"].shape == (n, d)
+    cache = KVCache.init(target.cfg, batch=1, capacity=n)
+    logits, hidden, _ = phases.verify(graphdef, state, cache, seq["tokens"][None].astype(np.int32))
+    z = np.asarray(logits[0], np.float64)
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    want = np.take_along_axis(logp, seq["top_ids"].astype(np.int64), axis=1)
+    np.testing.assert_allclose(seq["top_logp"].astype(np.float64), want, atol=2e-2)
+    # the stored ids are the J most probable, best first
+    kth = np.sort(logp, axis=1)[:, -c.top_k]
+    assert np.all(want[:, -1] >= kth - 1e-3) and np.all(np.diff(want, axis=1) <= 1e-3)
+    np.testing.assert_allclose(seq["last"].astype(np.float32), np.asarray(hidden[0]),
+                               atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.slow
+def test_build_resumes_at_its_first_unfinished_shard(smoke, capsys):
+  from infernix_jax.train import teacher_corpus
+  c, built = smoke
+  assert len(built.manifest["shards"]) >= 2
+  before = built.sequence(len(built) - 1)
+  last = built.directory / built.manifest["shards"][-1]
+  kept = built.directory / built.manifest["shards"][0] / "tokens.npy"
+  stamp = kept.stat().st_mtime_ns
+  (built.directory / "manifest.json").unlink()
+  shutil.rmtree(last)
+  again = teacher_corpus.build(c)
+  assert kept.stat().st_mtime_ns == stamp  # a finished shard is not scored again
+  after = again.sequence(len(again) - 1)
+  for k in before:
+    np.testing.assert_array_equal(before[k], after[k])
+  assert again.manifest["sequences"] == built.manifest["sequences"]
+  with pytest.raises(FileNotFoundError, match="no finished scored corpus"):
+    teacher_corpus.ScoredCorpus(built.directory.parent)
