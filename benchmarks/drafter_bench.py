@@ -43,7 +43,12 @@ CONFIGS = {
     "dflash2+jump": ("dflash2", True, SPARSE),
     "mtp untrained": ("mtp", False, {"weights": "random"}),
     "dflash untrained": ("dflash", False, {"weights": "random"}),
+    "eagle3": ("eagle3", False, {}),
+    "eagle3+jump": ("eagle3", True, {}),
+    "eagle3 sampled": ("eagle3", False, {"sampling": True, **SPARSE}),
+    "eagle3 tree": ("eagle3", False, {"tree": True}),
 }
+DRAFT_VOCABS = (2048, 4096, 8192, 16384)  # EAGLE-3 heads whose proposal cost is measured
 SPEED_EXTRA = {"none": ("none", False, {}), "jump": ("jump", True, {})}
 
 
@@ -54,6 +59,11 @@ def parse_args(argv=None):
   ap.add_argument("--ks", default="2,4,8")
   ap.add_argument("--temperatures", default="0,0.7")
   ap.add_argument("--configs", default=",".join(CONFIGS), help="labels to run")
+  ap.add_argument("--speed-configs", default="",
+                  help="labels of the 1-lane timed runs besides none and jump (default: "
+                       "--configs without the untrained heads)")
+  ap.add_argument("--curve", default=str(ROOT / "docs/results/eagle3_curve.json"),
+                  help="eagle3_curve.py's results, reported as the learning curve")
   ap.add_argument("--lanes", type=int, default=4, help="lanes of the acceptance runs")
   ap.add_argument("--no-speed", action="store_true", help="skip the 1-lane timed runs")
   ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens, K=4, T=0")
@@ -75,7 +85,9 @@ def parse_args(argv=None):
                         if args.acceptance_ks else args.ks)
   args.temperatures = [float(t) for t in args.temperatures.split(",")]
   args.configs = args.configs.split(",")
-  unknown = [c for c in args.configs if c not in CONFIGS]
+  args.speed_configs = (args.speed_configs.split(",") if args.speed_configs else
+                        [c for c in args.configs if "untrained" not in c])
+  unknown = [c for c in args.configs + args.speed_configs if c not in CONFIGS]
   if unknown:
     ap.error(f"--configs: unknown {unknown}; known: {', '.join(CONFIGS)}")
   return args
@@ -117,7 +129,9 @@ def make_engine(target, label, k, *, lanes, masked_q=True):
 def drafting_costs(target, k: int, repeats: int = 20) -> dict:
   """Milliseconds of one proposal of each trained network at batch 1 and of its K head
   products alone (the shared target head, [1, D] x [D, Vm]), beside one target verify of
-  K + 1 positions: how much of drafting the full-vocabulary head costs on this machine."""
+  K + 1 positions: how much of drafting the full-vocabulary head costs on this machine; and
+  of an EAGLE-3 proposal at each draft vocabulary of DRAFT_VOCABS and the full one (untrained
+  heads: the cost does not depend on the weights)."""
   import jax
   import jax.numpy as jnp
   from _timing import median_ms
@@ -143,6 +157,19 @@ def drafting_costs(target, k: int, repeats: int = 20) -> dict:
       ids, _, _ = d.propose(jax.tree.map(jnp.copy, state), ctx)
       ids.block_until_ready()
     out[f"{kind}_propose_ms"] = round(median_ms(propose, repeats), 3)
+  from infernix_jax.models.drafters import eagle3 as e3
+  feats = md.DraftContext(tokens=ctx.tokens, counts=ctx.counts,
+                          hidden=jnp.ones((1, 1, 3 * cfg.dim), jnp.float32))
+  keys = jax.random.split(jax.random.key(0), 1)
+  for vd in (*DRAFT_VOCABS, cfg.vocab_size):
+    net = e3.Eagle3Net(cfg, e3.default_taps(cfg.num_layers), vd, rngs=nnx.Rngs(0))
+    d = e3.Eagle3Drafter.create(net, model.embed[...], k)
+    state = d.init_state(1, 512)
+
+    def propose(d=d, state=state):
+      ids, _, _ = d.propose(jax.tree.map(jnp.copy, state), feats, keys)
+      ids.block_until_ready()
+    out[f"eagle3_propose_ms_vd{vd}"] = round(median_ms(propose, repeats), 3)
   h = jnp.ones((k, cfg.dim), jnp.float32)
   logits = jax.jit(lambda h: head.logits(h[:, None]).argmax(-1))
   one = jax.jit(lambda h: head.logits(h).argmax(-1))
@@ -171,6 +198,7 @@ def main(argv=None) -> int:
 
   from infernix_jax.models.drafters import weights as dw
   from infernix_jax.runtime import compile_cache, compile_count
+  from infernix_jax.runtime.drafters import eagle3 as eagle3_drafter
   from infernix_jax.train import corpus
   from infernix_jax.train import evaluate as ev
 
@@ -196,7 +224,7 @@ def main(argv=None) -> int:
   # Reference rows and the jump-forward variants of the trained drafters run at
   # --acceptance-ks only (K = 4 by default in the recorded run); the rest at every K.
   side = {"ngram", "mtp untrained", "dflash untrained", "mtp+jump", "dflash+jump",
-          "dflash2+jump"}
+          "dflash2+jump", "eagle3+jump", "eagle3 tree"}
   for label in ([] if args.no_acceptance else args.configs):
     for k in (args.acceptance_ks if label in side else args.ks):
       engine = make_engine(target, label, k, lanes=args.lanes)
@@ -220,7 +248,7 @@ def main(argv=None) -> int:
     costs = drafting_costs(target, 4 if 4 in args.ks else args.ks[0])
     print(f"# drafting costs: {costs}", flush=True)
     k = 4 if 4 in args.ks else args.ks[0]
-    for label in ["none", "jump"] + [c for c in args.configs if "untrained" not in c]:
+    for label in ["none", "jump"] + args.speed_configs:
       with compile_count.counting() as built:
         engine = make_engine(target, label, k, lanes=1)
         engine.warmup()
@@ -244,7 +272,14 @@ def main(argv=None) -> int:
           "seconds": round(time.perf_counter() - start),
           "shipped": {kind: dw.summary(dw.shipped_path(kind)) if dw.shipped_path(kind).exists()
                       else None for kind in dw.KINDS}}
-  results = {"meta": meta, "acceptance": rows, "speed": speed, "costs": costs}
+  head = eagle3_drafter.shipped_dir()
+  if (head / "training_log.json").exists():
+    log = json.loads((head / "training_log.json").read_text())
+    meta["shipped"]["eagle3"] = {k: v for k, v in log.items() if k != "history"} | {
+        "final_eval": (log["history"]["evals"] or [None])[-1],
+        "megabytes": round(sum(p.stat().st_size for p in head.iterdir()) / 1e6, 1)}
+  curve = json.loads(Path(args.curve).read_text()) if Path(args.curve).exists() else None
+  results = {"meta": meta, "acceptance": rows, "speed": speed, "costs": costs, "curve": curve}
   if args.json:
     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
   key = lambda r: (r["config"], r["k"], r.get("temperature"), r["constrained"],  # noqa: E731

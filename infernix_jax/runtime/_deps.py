@@ -6,12 +6,13 @@ If a dependency's API drifts from docs/CONTRACTS.md, only this file changes.
 from __future__ import annotations
 
 
-def verify(graphdef, state, cache, tokens, span=None, tree=None):
+def verify(graphdef, state, cache, tokens, span=None, tree=None, taps=None):
   """Target verify over tokens [B, P] at each row's cache length, attending over the first
   `span` cache positions (None: all); `tree` = (depth, ancestors) scores a token tree's
-  nodes instead of a sequence -> (logits, hidden, cache)."""
+  nodes instead of a sequence; `taps`: the layers whose outputs form `hidden` (None: the
+  last) -> (logits, hidden, cache)."""
   from infernix_jax import models as im
-  return im.verify(graphdef, state, cache, tokens, span=span, tree=tree)
+  return im.verify(graphdef, state, cache, tokens, span=span, tree=tree, taps=taps)
 
 
 def tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes, params, seed,
@@ -22,11 +23,11 @@ def tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes, pa
                         ip.OneHotQ(), params, seed, position, vocab_size=vocab_size)
 
 
-def prefill(graphdef, state, cache, tokens, lengths, span=None):
+def prefill(graphdef, state, cache, tokens, lengths, span=None, taps=None):
   """Target prefill of tokens [B, T] (lengths real), attending over the first `span` cache
-  positions (None: all) -> (logits, hidden, cache)."""
+  positions (None: all); `taps` as in `verify` -> (logits, hidden, cache)."""
   from infernix_jax import models as im
-  return im.prefill(graphdef, state, cache, tokens, lengths, span=span)
+  return im.prefill(graphdef, state, cache, tokens, lengths, span=span, taps=taps)
 
 
 def kv_cache_init(cfg, batch: int, capacity: int, dtype=None):

@@ -113,12 +113,13 @@ def propose_step(drafter, dparams, dstate, inp):
   return drafter.propose(dparams, dstate, inp)
 
 
-def verify_step(graphdef, state, cache, lengths, anchor, drafts, span=None):
+def verify_step(graphdef, state, cache, lengths, anchor, drafts, span=None, taps=None):
   """The target over [anchor, drafts] at each lane's committed length -> (logits [B, P, Vm],
-  hidden [B, P, D], cache); attention reads the first `span` cache positions (None: all)."""
+  hidden [B, P, D] (D * len(taps): the drafter's `feature_taps`), cache); attention reads
+  the first `span` cache positions (None: all)."""
   cache = cache.with_lengths(lengths)
   tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
-  return _deps.verify(graphdef, state, cache, tokens, span=span)
+  return _deps.verify(graphdef, state, cache, tokens, span=span, taps=taps)
 
 
 SPAN_STEP = 512  # attention spans are multiples of this (few compiles, short attention)
@@ -166,13 +167,15 @@ def min_tokens_step(mask, states, enabled, eos_block, depth=None, *, positions, 
                            vocab_size=vocab_size, eos_ids=eos_ids)
 
 
-def tree_verify_step(graphdef, state, cache, lengths, anchor, drafts, parents, n, span=None):
+def tree_verify_step(graphdef, state, cache, lengths, anchor, drafts, parents, n, span=None,
+                     taps=None):
   """The target over a draft tree's positions [anchor, nodes] in one tree-attention call ->
-  (logits [B, P, Vm], hidden [B, P, D], cache with node t's K/V in slot lengths + t)."""
+  (logits [B, P, Vm], hidden [B, P, D] (`verify_step`'s taps), cache with node t's K/V in
+  slot lengths + t)."""
   cache = cache.with_lengths(lengths)
   tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
   return _deps.verify(graphdef, state, cache, tokens, span=span,
-                      tree=_tree.tree_shape(parents, n))
+                      tree=_tree.tree_shape(parents, n), taps=taps)
 
 
 def tree_finish_step(logits, mask, states, enabled, prop, params, seed, position, cache,
@@ -242,7 +245,7 @@ def clear_step(drafter, cache, dstate, rows):
 _JIT = {
     propose_step: jax.jit(propose_step, static_argnames=("drafter",),
                           donate_argnames=("dstate",)),
-    verify_step: jax.jit(verify_step, static_argnames=("graphdef", "span"),
+    verify_step: jax.jit(verify_step, static_argnames=("graphdef", "span", "taps"),
                          donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q", "drop_illegal")),
     automaton_step: jax.jit(automaton_step),
@@ -250,7 +253,7 @@ _JIT = {
     logprobs_step: jax.jit(logprobs_step, static_argnames=("vocab_size", "top")),
     min_tokens_step: jax.jit(min_tokens_step,
                              static_argnames=("positions", "vocab_size", "eos_ids")),
-    tree_verify_step: jax.jit(tree_verify_step, static_argnames=("graphdef", "span"),
+    tree_verify_step: jax.jit(tree_verify_step, static_argnames=("graphdef", "span", "taps"),
                               donate_argnames=("cache",)),
     tree_finish_step: jax.jit(tree_finish_step, static_argnames=("vocab_size",),
                               donate_argnames=("cache",)),
@@ -275,7 +278,7 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
   logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, rs.cache,
                                     inp.draft.lengths, inp.draft.anchor, prop.drafts,
                                     span=io.span(inp.draft.lengths, prop.drafts.shape[1] + 1,
-                                                 rs.cache))
+                                                 rs.cache), taps=drafter.feature_taps)
   mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
@@ -313,7 +316,8 @@ def _tree_round(io, rs: RoundState, args: RoundArgs, st: RoundStatics, inp, prop
   lengths = inp.draft.lengths
   logits, hidden, cache = io.device(tree_verify_step, st.graphdef, args.state, rs.cache,
                                     lengths, inp.draft.anchor, prop.drafts, prop.parents,
-                                    prop.n, span=io.span(lengths, p, rs.cache))
+                                    prop.n, span=io.span(lengths, p, rs.cache),
+                                    taps=st.drafter.feature_taps)
   accepted, tokens, flags, rows, hidden, cache = io.device(
       tree_finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
       inp.draft.position, cache, lengths, hidden, vocab_size=st.vocab_size)

@@ -90,7 +90,9 @@ class Engine:
     self.masked_q = masked_q
     self.callback_rounds = callback_rounds
     self._compiler = compiler
-    spec = DrafterSpec(lanes=lanes, capacity=capacity, dim=self.cfg.dim,
+    taps = self.drafter.feature_taps  # the target features the drafter reads (None: last)
+    spec = DrafterSpec(lanes=lanes, capacity=capacity,
+                       dim=self.cfg.dim * (len(taps) if taps else 1),
                        dtype=self.cfg.jnp_dtype)
     self.device_automaton = device_automaton
     self.host = HostState(lanes, self.drafter, vocab, device_automaton=device_automaton)
@@ -387,7 +389,8 @@ class Engine:
         tokens[i, :len(p) - 1] = p[:-1]
         counts[i] = len(p) - 1
       return prefill.append_rows, (self.graphdef, self.state, cache, np.asarray(rows, np.int32),
-                                   tokens, counts), {"lanes": self.b}
+                                   tokens, counts), {"lanes": self.b,
+                                                     "taps": self.drafter.feature_taps}
     tokens = np.zeros((self.b, prefill.bucket(longest)), np.int32)  # [B, T]
     counts = np.zeros((self.b,), np.int32)
     for b, p in admitted.items():
@@ -397,7 +400,7 @@ class Engine:
     start[list(admitted)] = 0
     start, tokens, counts = self._place.rows((start, tokens, counts))
     return prefill.append_tokens, (self.graphdef, self.state, cache.with_lengths(start), tokens,
-                                   counts), {}
+                                   counts), {"taps": self.drafter.feature_taps}
 
   def _forced_closes(self) -> None:
     """Appends the forced close to every lane whose reasoning reached its budget, as one step.
@@ -422,7 +425,7 @@ class Engine:
     lengths, tokens, counts = self._place.rows((host.lengths, tokens, counts))
     hidden, cache = prefill.append_tokens(self.graphdef, self.state,
                                          self._round_state.cache.with_lengths(lengths), tokens,
-                                         counts)
+                                         counts, taps=self.drafter.feature_taps)
     self._round_state = _round.extend_drafter(
         self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), rows,
         hidden, reset=False)

@@ -16,8 +16,9 @@ from infernix_jax.runtime import _deps
 __all__ = ["append_rows", "append_tokens", "bucket", "clear_rows"]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "span"), donate_argnames=("cache",))
-def append_tokens(graphdef, state, cache, tokens, counts, span=None):
+@functools.partial(jax.jit, static_argnames=("graphdef", "span", "taps"),
+                   donate_argnames=("cache",))
+def append_tokens(graphdef, state, cache, tokens, counts, span=None, taps=None):
   """Appends right-padded tokens to the cache: lane b takes tokens[b, :counts[b]] at its
   current length (0 = untouched). One compiled program per [B, T] (its chunks inlined), so
   `Engine.warmup` compiles it ahead of time and nothing around it compiles eagerly.
@@ -27,17 +28,21 @@ def append_tokens(graphdef, state, cache, tokens, counts, span=None):
     tokens: i32[B, T] (T a padded bucket); counts: i32[B].
     span: static; attention reads the first `span` cache positions (every lane's length + T
       must fit); None: the whole capacity.
+    taps: static; the target layers whose outputs form `hidden` (a drafter's
+      `feature_taps`, [B, T, D * len(taps)]); None: the last layer.
 
   Returns:
     (hidden [B, T, D] -- hidden[b, j] is the state after tokens[b, j], which predicts the
     token after it -- and the cache with lengths advanced by counts).
   """
-  _, hidden, cache = _deps.prefill(graphdef, state, cache, tokens, counts, span=span)
+  _, hidden, cache = _deps.prefill(graphdef, state, cache, tokens, counts, span=span,
+                                   taps=taps)
   return hidden, cache
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "lanes"), donate_argnames=("cache",))
-def append_rows(graphdef, state, cache, rows, tokens, counts, *, lanes: int):
+@functools.partial(jax.jit, static_argnames=("graphdef", "lanes", "taps"),
+                   donate_argnames=("cache",))
+def append_rows(graphdef, state, cache, rows, tokens, counts, *, lanes: int, taps=None):
   """`append_tokens` for a few lanes only: rows i32[R] (R <= B lanes; a repeated row must
   repeat its tokens and count) take tokens [R, T] / counts i32[R], each at length 0. Only
   those rows are computed; their cache rows are gathered, filled and written back in place.
@@ -49,7 +54,8 @@ def append_rows(graphdef, state, cache, rows, tokens, counts, *, lanes: int):
   """
   sub = type(cache)(k=cache.k[:, rows], v=cache.v[:, rows],
                     lengths=jnp.zeros(rows.shape, jnp.int32))
-  hidden, sub = append_tokens(graphdef, state, sub, tokens, counts, span=tokens.shape[1])
+  hidden, sub = append_tokens(graphdef, state, sub, tokens, counts, span=tokens.shape[1],
+                              taps=taps)
   full = jnp.zeros((lanes, *hidden.shape[1:]), hidden.dtype).at[rows].set(hidden)
   return full, type(cache)(k=cache.k.at[:, rows].set(sub.k), v=cache.v.at[:, rows].set(sub.v),
                            lengths=cache.lengths.at[rows].set(sub.lengths))

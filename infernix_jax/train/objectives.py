@@ -160,3 +160,98 @@ def distill_loss(kind: str, params, cfg, head: TargetHead, final_norm, ids, hidd
   teacher = teacher_logits(rows, final_norm, head, cfg.norm_eps)
   ce_valid = valid & (tpos + 1 >= prompt_len)
   return _reduce(*_kl_ce(student, teacher, tokens), valid, ce_valid, ce_weight)
+
+
+def eagle3_logits(params, cfg, embed, ids, feats, anchors, k: int):
+  """Student logits f32[A, K, Vd] of an EAGLE-3 head: the training-time test.
+
+  Step 1 runs the layer over every context entry (fc(F[j - 1]), x[j]) of the sequence, as
+  the head's cache holds them; step i >= 2 for anchor a is one query at position a + i - 1
+  fed (g of step i - 1, x[a + i - 1]) that reads the step-1 keys at positions <= a and its
+  own chain's earlier entries, as drafting does (the true token stands for the draft).
+
+  Args:
+    params: pure dict of `Eagle3Net` parameters; cfg: its layer config.
+    embed: the target's embedding [Vm, D] (frozen).
+    ids: i32[N]; feats: [N, F] the target's tapped features (row j after token j).
+    anchors: i32[A] anchor positions.
+  """
+  from infernix_jax.models.drafters.eagle3 import layer_forward, layer_shapes
+  dt = cfg.jnp_dtype
+  n, a = ids.shape[0], anchors.shape[0]
+  p = {name: params[name][0] for name in layer_shapes(cfg)}
+  prev = jnp.concatenate([jnp.zeros_like(feats[:1]), feats[:-1]], axis=0).astype(dt)
+  h = prev @ params["fc"]  # [N, D]
+  emb = jnp.take(embed, ids, axis=0).astype(dt)
+  cos, sin = layers.rope_tables(jnp.arange(n, dtype=jnp.int32)[None], cfg.head_dim,
+                                cfg.rope_theta)
+  causal = (jnp.arange(n)[None, :] <= jnp.arange(n)[:, None])[None]
+  empty = jnp.zeros((1, 0, cfg.num_kv_heads, cfg.head_dim), dt)
+  g1, k1, v1 = layer_forward(cfg, p, h[None], emb[None], empty, empty, cos, sin, causal)
+  g = jnp.take(g1[0], anchors, axis=0)  # [A, D]
+  outs = [g]
+  ctx_ok = jnp.arange(n)[None, :] <= anchors[:, None]  # [A, N]
+  keys = jnp.broadcast_to(k1, (a,) + k1.shape[1:])
+  values = jnp.broadcast_to(v1, (a,) + v1.shape[1:])
+  for i in range(2, k + 1):
+    tok = jnp.take(ids, jnp.clip(anchors + i - 1, 0, n - 1))
+    cos_i, sin_i = layers.rope_tables((anchors + i - 1)[:, None], cfg.head_dim,
+                                       cfg.rope_theta)
+    mask = jnp.concatenate([ctx_ok, jnp.ones((a, i - 1), bool)], axis=-1)[:, None]
+    out, ki, vi = layer_forward(cfg, p, g[:, None], jnp.take(embed, tok, axis=0)[:, None]
+                                .astype(dt), keys, values, cos_i, sin_i, mask)
+    keys = jnp.concatenate([keys, ki], axis=1)
+    values = jnp.concatenate([values, vi], axis=1)
+    g = out[:, 0]
+    outs.append(g)
+  gs = jnp.stack(outs, axis=1)  # [A, K, D]
+  normed = layers.rms_norm(gs, params["final_norm"], cfg.norm_eps)
+  return jnp.einsum("AKD,DV->AKV", normed, params["lm_head"], preferred_element_type=jnp.float32)
+
+
+def eagle3_loss(params, cfg, embed, t2d, ids, feats, top_ids, top_logp, n_valid, prompt_len,
+                anchors, anchor_ok, *, k: int, step_weights, ce_weight: float):
+  """(loss, metrics) of an EAGLE-3 head on one sequence of a teacher-scored corpus.
+
+  The teacher at step i of anchor a is the target's stored top-J distribution after token
+  a + i - 1, restricted to the draft vocabulary and renormalized; the loss is the
+  cross-entropy of the head's draft-vocabulary distribution to it (KL up to the teacher's
+  entropy), plus ce_weight x the CE of the true next token where it lies in the draft
+  vocabulary and belongs to the answer. Steps are weighted by `step_weights` [K].
+
+  Args:
+    t2d: i32[Vm] target id -> draft id, -1 outside the draft vocabulary.
+    top_ids i32[N, J], top_logp [N, J]: the stored teacher (row j predicts token j + 1).
+    n_valid, prompt_len: real length, answer start; anchors i32[A], anchor_ok bool[A].
+
+  Metrics: kl (teacher-weighted CE minus teacher entropy, in-vocabulary mass),
+  top1[K] (the head's argmax is the teacher's most probable token), coverage (teacher mass
+  inside the draft vocabulary).
+  """
+  student = eagle3_logits(params, cfg, embed, ids, feats, anchors, k)  # [A, K, Vd]
+  log_q = jax.nn.log_softmax(student, axis=-1)
+  tpos, tokens, valid = _anchor_targets(ids, anchors, anchor_ok, n_valid, k)
+  t_ids = jnp.take(top_ids, tpos, axis=0)  # [A, K, J]
+  t_lp = jnp.take(top_logp, tpos, axis=0).astype(jnp.float32)
+  d_ids = jnp.take(t2d, t_ids)  # [A, K, J]
+  inside = d_ids >= 0
+  p_all = jnp.exp(t_lp)
+  mass = jnp.sum(jnp.where(inside, p_all, 0.0), -1)  # [A, K]
+  p = jnp.where(inside, p_all, 0.0) / jnp.maximum(mass, 1e-9)[..., None]
+  lq = jnp.take_along_axis(log_q, jnp.maximum(d_ids, 0), axis=-1)  # [A, K, J]
+  xent = -jnp.sum(p * lq, -1)
+  ent = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.maximum(p, 1e-30)), 0.0), -1)
+  d_tok = jnp.take(t2d, tokens)
+  ce = -jnp.take_along_axis(log_q, jnp.maximum(d_tok, 0)[..., None], -1)[..., 0]
+  ce_valid = valid & (d_tok >= 0) & (tpos + 1 >= prompt_len)
+  w = valid.astype(jnp.float32) * jnp.asarray(step_weights, jnp.float32)[None, :]
+  wc = ce_valid.astype(jnp.float32) * jnp.asarray(step_weights, jnp.float32)[None, :]
+  loss = (jnp.sum(xent * w) / jnp.maximum(w.sum(), 1e-9)
+          + ce_weight * jnp.sum(ce * wc) / jnp.maximum(wc.sum(), 1e-9))
+  vf = valid.astype(jnp.float32)
+  per_pos = jnp.maximum(vf.sum(0), 1.0)
+  agree = jnp.argmax(log_q, -1) == jnp.take(t2d, t_ids[..., 0])
+  return loss, {"kl": jnp.sum((xent - ent) * vf) / jnp.maximum(vf.sum(), 1.0),
+                "top1": jnp.sum(agree * vf, 0) / per_pos,
+                "coverage": jnp.sum(mass * vf) / jnp.maximum(vf.sum(), 1.0),
+                "weight": vf.sum(0)}

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from infernix_jax.models.drafters import eagle3
 from infernix_jax.models.kv_cache import KVCache
 from infernix_jax.train import corpus, prompts, sources
 
@@ -227,7 +228,7 @@ def build(c, log=sys.stderr) -> ScoredCorpus:
   from infernix_jax.progress import Progress, format_seconds
   target, model_id = corpus.load_target(c.model or None)
   cfg, tok = target.cfg, target.tokenizer
-  taps = tuple(int(t) for t in c.taps) if len(c.taps) else default_taps(cfg.num_layers)
+  taps = tuple(int(t) for t in c.taps) if len(c.taps) else eagle3.default_taps(cfg.num_layers)
   bad = [t for t in taps if not 0 <= t < cfg.num_layers]
   if bad:
     raise ValueError(f"config.taps {bad} are not layer indices of the {cfg.num_layers}-layer "
@@ -291,13 +292,6 @@ def build(c, log=sys.stderr) -> ScoredCorpus:
   print(f"scored corpus: {total} tokens, scored at {manifest['scoring']['tokens_per_second']} "
         f"tok/s, built in {format_seconds(manifest['build_seconds'])}", file=log, flush=True)
   return ScoredCorpus(directory)
-
-
-def default_taps(num_layers: int) -> tuple[int, ...]:
-  """EAGLE-3's low / middle / high features: the inputs of layers 2, L // 2 and L - 3 (the
-  convention of published heads), i.e. the outputs of layers 1, L // 2 - 1, L - 4."""
-  return (1, num_layers // 2 - 1, num_layers - 4) if num_layers >= 6 else (
-      0, num_layers // 2, num_layers - 1)
 
 
 def main(argv):

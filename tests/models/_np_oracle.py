@@ -43,9 +43,12 @@ def qkv(cfg, p, h, pos):
   return rope(q, pos, cfg.rope_theta), rope(k, pos, cfg.rope_theta), v
 
 
-def layer(cfg, p, x, pos, mask, extra_kv=None):
-  """One pre-norm layer. x [T, D]; mask bool [T, Sx + T] over (extra keys, own keys)."""
-  q, k, v = qkv(cfg, p, rms(x, p["attn_norm"], cfg.norm_eps), pos)
+def layer(cfg, p, x, pos, mask, extra_kv=None, attn_input=None):
+  """One pre-norm layer. x [T, D]; mask bool [T, Sx + T] over (extra keys, own keys);
+  attn_input: what q/k/v read instead of RMSNorm(x) (EAGLE-3's [2D] input)."""
+  if attn_input is None:
+    attn_input = rms(x, p["attn_norm"], cfg.norm_eps)
+  q, k, v = qkv(cfg, p, attn_input, pos)
   if extra_kv is not None:
     k, v = np.concatenate([extra_kv[0], k]), np.concatenate([extra_kv[1], v])
   g = cfg.num_heads // cfg.num_kv_heads
@@ -98,3 +101,32 @@ def dflash_logits(cfg, params, embed, head, features, anchor, k):
     _, kc, vc = qkv(cfg, p, f, ctx_pos)
     x = layer(cfg, p, x, blk_pos, np.ones((k + 1, n + k + 1), bool), extra_kv=(kc, vc))
   return rms(x[1:], params["final_norm"], eps) @ head
+
+
+def eagle3_greedy(cfg, t, embed, feats, tokens, k, forced=()):
+  """EAGLE-3 chain from the public checkpoint's tensors `t` (torch [out, in] layout), the
+  context's target features feats [n, F] (each the state before its token) and tokens [n]
+  -> k greedy target ids, the first len(forced) of them the `forced` tokens."""
+  f64 = lambda name: np.asarray(t[name], np.float64)  # noqa: E731
+  mid = "midlayer."
+  p = {"q": f64(mid + "self_attn.q_proj.weight").T, "k": f64(mid + "self_attn.k_proj.weight").T,
+       "v": f64(mid + "self_attn.v_proj.weight").T, "o": f64(mid + "self_attn.o_proj.weight").T,
+       "mlp_norm": f64(mid + "post_attention_layernorm.weight"),
+       "gate": f64(mid + "mlp.gate_proj.weight").T, "up": f64(mid + "mlp.up_proj.weight").T,
+       "down": f64(mid + "mlp.down_proj.weight").T}
+  eps = cfg.norm_eps
+  hs = list(np.asarray(feats, np.float64) @ f64("fc.weight").T)
+  xs = list(tokens)
+  ids = []
+  for _ in range(k):
+    u = np.stack(hs)
+    a = np.concatenate([rms(embed[xs], f64(mid + "input_layernorm.weight"), eps),
+                        rms(u, f64(mid + "hidden_norm.weight"), eps)], axis=-1)
+    n = len(u)
+    g = layer(cfg, p, u, np.arange(n, dtype=np.float64), np.tri(n, dtype=bool),
+              attn_input=a)[-1]
+    d = int(np.argmax(rms(g, f64("norm.weight"), eps) @ f64("lm_head.weight").T))
+    ids.append(forced[len(ids)] if len(ids) < len(forced) else d + int(t["d2t"][d]))
+    hs.append(g)
+    xs.append(ids[-1])
+  return ids

@@ -228,7 +228,8 @@ def test_wrong_target_fails_the_same_check():
                              [tuple(r.token_ids) for r in results]) < 1e-3
 
 
-@pytest.mark.parametrize("name", ["jump+ngram", "dflash2", "jump+ngram/tree", "mtp/tree"])
+@pytest.mark.parametrize("name", ["jump+ngram", "dflash2", "jump+ngram/tree", "mtp/tree",
+                                  "jump+eagle3/sampling", "eagle3/tree"])
 def test_callback_bridge_equals_stages_bridge(name):
   """The io_callback loop produces exactly the stages bridge's tokens (same randomness),
   min_tokens and ignore_eos included."""

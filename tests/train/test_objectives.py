@@ -90,3 +90,80 @@ def test_loss_terms_match_fp64(target):
   np.testing.assert_allclose(float(m["ce"]), np.mean(ces), rtol=1e-4)
   np.testing.assert_allclose(float(loss), np.mean(kls) + 0.5 * np.mean(ces), rtol=1e-4)
   assert m["weight"].tolist() == [2, 2, 2, 1]  # anchor 10 has 3 targets; 12 is masked
+
+
+def _eagle3(model, seed=2, vd=40):
+  """A random EAGLE-3 head on the tiny target with a draft vocabulary of `vd` ids."""
+  from infernix_jax.models.drafters import eagle3 as e3
+  net, _ = _randomize(e3.Eagle3Net(CFG, (0, 1, 1), vd, rngs=nnx.Rngs(seed)), seed + 1)
+  vocab = np.sort(np.random.default_rng(seed).choice(V, size=vd, replace=False))
+  net.d2t[...] = jnp.asarray(vocab - np.arange(vd), jnp.int32)
+  return net, vocab
+
+
+def test_eagle3_training_logits_equal_the_proposal(target):
+  """The training-time test's unrolled steps are the chain `propose` drafts (true tokens =
+  the drafts), through the reduced vocabulary."""
+  from infernix_jax.models.drafters import eagle3 as e3
+  model, _ = target
+  net, vocab = _eagle3(model)
+  f = 3 * CFG.dim
+  n = len(PROMPT)
+  feats = np.random.default_rng(7).normal(size=(n + K, f)).astype(np.float32)  # row j: after j
+  before = np.concatenate([np.zeros((1, f), np.float32), feats[:n - 1]])  # the state before
+  ctx = dr.DraftContext(tokens=jnp.asarray([PROMPT], jnp.int32), hidden=jnp.asarray(before[None]),
+                        counts=jnp.asarray([n], jnp.int32))
+  drafter = e3.Eagle3Drafter.create(net, model.embed[...], K)
+  drafts, _, _ = drafter.propose(drafter.init_state(1, 64), ctx, jax.random.split(
+      jax.random.key(0), 1))
+  drafts = [int(t) for t in np.asarray(drafts[0])]
+  params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
+  logits = objectives.eagle3_logits(params, net.cfg, model.embed[...],
+                                    jnp.asarray(PROMPT + drafts), jnp.asarray(feats),
+                                    jnp.asarray([n - 1]), K)  # [1, K, Vd]
+  assert vocab[np.argmax(np.asarray(logits[0]), -1)].tolist() == drafts
+
+
+def test_eagle3_loss_matches_fp64(target):
+  """Teacher = the stored top-J restricted to the draft vocabulary and renormalized; loss =
+  weighted cross-entropy to it + ce_weight x CE of in-vocabulary answer tokens."""
+  model, _ = target
+  net, vocab = _eagle3(model, seed=4, vd=30)
+  t2d = np.full((V,), -1, np.int32)
+  t2d[vocab] = np.arange(len(vocab))
+  ids = PROMPT + [int(vocab[3]), 12, int(vocab[5]), int(vocab[1]), 15]
+  n, j = len(ids), 6
+  rng = np.random.default_rng(8)
+  feats = rng.normal(size=(n, 3 * CFG.dim)).astype(np.float32)
+  logp = np.log(rng.dirichlet(np.ones(V), size=n))
+  top_ids = np.argsort(-logp, -1)[:, :j].astype(np.int32)
+  top_logp = np.take_along_axis(logp, top_ids, -1).astype(np.float32)
+  anchors, ok = jnp.asarray([7, 9, 12]), jnp.asarray([True, True, False])
+  p_len, weights = 10, (1.0, 0.5, 0.25, 0.125)
+  params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
+  loss, m = objectives.eagle3_loss(params, net.cfg, model.embed[...], jnp.asarray(t2d),
+                                   jnp.asarray(ids), jnp.asarray(feats), jnp.asarray(top_ids),
+                                   jnp.asarray(top_logp), n, p_len, anchors, ok, k=K,
+                                   step_weights=weights, ce_weight=0.3)
+  student = np.asarray(objectives.eagle3_logits(params, net.cfg, model.embed[...],
+                                                jnp.asarray(ids), jnp.asarray(feats),
+                                                anchors, K), np.float64)
+  xs, ws, ces, wcs = [], [], [], []
+  for r, a in enumerate([7, 9]):
+    for i in range(1, K + 1):
+      if a + i >= n:
+        continue
+      lq = student[r, i - 1] - np.logaddexp.reduce(student[r, i - 1])
+      row = a + i - 1
+      inside = [(t2d[t], np.exp(lp)) for t, lp in zip(top_ids[row], top_logp[row])
+                if t2d[t] >= 0]
+      mass = sum(p for _, p in inside)
+      xs.append(-sum(p / mass * lq[d] for d, p in inside))
+      ws.append(weights[i - 1])
+      tok = ids[a + i]
+      if a + i >= p_len and t2d[tok] >= 0:
+        ces.append(-lq[t2d[tok]])
+        wcs.append(weights[i - 1])
+  want = np.dot(xs, ws) / np.sum(ws) + 0.3 * np.dot(ces, wcs) / np.sum(wcs)
+  np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+  assert ces and m["weight"].tolist() == [2, 2, 2, 2]  # anchor 12 is masked

@@ -100,3 +100,42 @@ def test_build_resumes_at_its_first_unfinished_shard(smoke, capsys):
   assert again.manifest["sequences"] == built.manifest["sequences"]
   with pytest.raises(FileNotFoundError, match="no finished scored corpus"):
     teacher_corpus.ScoredCorpus(built.directory.parent)
+
+
+@pytest.mark.slow
+def test_eagle3_smoke_run_trains_resumes_and_exports_a_loadable_head(smoke, tmp_path):
+  """The EAGLE-3 run on the smoke corpus: optax steps with finite losses, a resumed longer
+  run, an export in the public layout that `--drafter eagle3 weights=DIR` loads."""
+  import importlib
+
+  from infernix_jax.runtime import drafters
+  from infernix_jax.train import corpus, eagle3
+  c_corpus, built = smoke
+  c = importlib.import_module("configs.train_eagle3").get_config("smoke")
+  c.corpus = c_corpus
+  c.workdir = str(tmp_path / "run")
+  c.export = str(tmp_path / "head")
+  c.eval_at_end = False
+  summary = eagle3.train(c)
+  losses = [h["loss"] for h in summary["history"]["loss"]]
+  assert losses and all(np.isfinite(losses)) and summary["corpus"]["key"] == built.manifest["key"]
+  c.steps += 2
+  c.eval_at_end = True
+  again = eagle3.train(c)
+  assert again["history"]["segments"] == [{"from_step": c.steps - 2, "to_step": c.steps}]
+  (ev,) = again["history"]["evals"]
+  assert ev["rounds"] > 0 and 1.0 <= ev["accepted_length"] <= c.k + 1
+  head = Path(c.export)
+  config = json.loads((head / "config.json").read_text())
+  assert config["draft_vocab_size"] == c.draft_vocab and config["infernix"]["steps"] == c.steps
+  assert json.loads((head / "training_log.json").read_text())["steps"] == c.steps
+  target, _ = corpus.load_target("tiny-random")
+  d = drafters.create("eagle3", {"k": c.k, "weights": str(head)},
+                      target=(target.cfg, target.model))
+  assert d.feature_taps == tuple(built.manifest["taps"])
+  with pytest.raises(Exception, match="no such folder"):
+    drafters.create("eagle3", {"weights": str(tmp_path / "nowhere")},
+                    target=(target.cfg, target.model))
+  with pytest.raises(ValueError, match="step_weights"):
+    c.step_weights = (1.0,)
+    eagle3.train(c)

@@ -59,8 +59,13 @@ class MTPHead(nnx.Module):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "k"), donate_argnames=("cache",))
-def propose_mtp(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftContext, *, k: int):
+def propose_mtp(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftContext,
+                forced=None, n_forced=None, *, k: int):
   """Appends the context pairs to the MTP cache, then chains K greedy steps.
+
+  forced i32[B, K], n_forced i32[B]: tokens the grammar forces next (jump-forward): the
+  first n_forced[b] drafts are those tokens and the chain continues after them,
+  conditioned on them (None: nothing forced).
 
   Returns:
     (ids i32[B, K], cache with lengths advanced by ctx.counts).
@@ -69,17 +74,25 @@ def propose_mtp(graphdef, state, head: TargetHead, cache: KVCache, ctx: DraftCon
   g, cache = mtp(ctx.hidden.astype(mtp.cfg.jnp_dtype), ctx.tokens, head, cache)
   committed = cache.lengths + ctx.counts
   g = last_valid(g, ctx.counts)  # [B, D]
-  first = jnp.argmax(mtp.logits(g, head), axis=-1).astype(jnp.int32)
+  if forced is None:
+    forced = jnp.zeros((g.shape[0], k), jnp.int32)
+    n_forced = jnp.zeros((g.shape[0],), jnp.int32)
 
-  def step(carry, _):
+  def pick(g, i):
+    best = jnp.argmax(mtp.logits(g, head), axis=-1).astype(jnp.int32)
+    return jnp.where(i < n_forced, forced[:, i], best)
+
+  first = pick(g, 0)
+
+  def step(carry, i):
     g, token, c = carry
     out, c = mtp(g[:, None], token[:, None], head, c)
     g = out[:, 0]
-    nxt = jnp.argmax(mtp.logits(g, head), axis=-1).astype(jnp.int32)
+    nxt = pick(g, i)
     return (g, nxt, c.with_lengths(c.lengths + 1)), nxt
 
-  (_, _, cache), rest = jax.lax.scan(step, (g, first, cache.with_lengths(committed)), None,
-                                     length=k - 1)
+  (_, _, cache), rest = jax.lax.scan(step, (g, first, cache.with_lengths(committed)),
+                                     jnp.arange(1, k))
   ids = jnp.concatenate([first[None], rest], axis=0).T  # [B, K]
   return ids, cache.with_lengths(committed)
 
@@ -154,8 +167,13 @@ class MTPDrafter:
                             jnp.asarray(limit, jnp.int32), k=self.k, width=width,
                             shape=shape)
 
-  def propose(self, dstate: KVCache, ctx: DraftContext, keys: jax.Array | None = None):
-    """See `Drafter.propose`; keys are unused (greedy)."""
+  conditions_on_forced = True  # propose takes jump-forward's forced tokens
+
+  def propose(self, dstate: KVCache, ctx: DraftContext, keys: jax.Array | None = None,
+              forced=None, n_forced=None):
+    """See `Drafter.propose`; keys are unused (greedy); forced / n_forced as in
+    `propose_mtp` (the chain drafts after the forced prefix)."""
     del keys
-    ids, cache = propose_mtp(self.graphdef, self.state, self.head, dstate, ctx, k=self.k)
+    ids, cache = propose_mtp(self.graphdef, self.state, self.head, dstate, ctx, forced,
+                             n_forced, k=self.k)
     return ids, OneHotQ(), cache

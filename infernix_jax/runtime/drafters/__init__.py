@@ -22,8 +22,8 @@ import typing
 from typing import Any, Callable, Mapping
 
 from infernix_jax.errors import ParameterError
-from infernix_jax.runtime.drafters import (dflash, dflash2, draft_model, jump, mtp, ngram, none,
-                                           suffix)
+from infernix_jax.runtime.drafters import (dflash, dflash2, draft_model, eagle3, jump, mtp,
+                                           ngram, none, suffix)
 from infernix_jax.runtime.drafters.base import (BuildContext, Committed, DraftInput, Drafter,
                                                 DrafterOptions, DrafterSpec, NoOptions,
                                                 OptionError, Proposal)
@@ -216,6 +216,9 @@ register("draft", draft_model.build, options=draft_model.Options,
          help="a draft model sharing the vocabulary (option model=PATH)")
 register("mtp", mtp.build, options=mtp.Options,
          help="multi-token-prediction head on the target's hidden state")
+register("eagle3", eagle3.build, options=eagle3.Options,
+         help="EAGLE-3 head: fused low / middle / high target features, one layer, a reduced "
+              "draft vocabulary (greedy or sampled, chains or trees)")
 register("dflash", dflash.build, options=dflash.Options,
          help="block drafter: K tokens per call, greedy (one-hot q)")
 register("dflash2", dflash2.build, options=dflash2.Options,

@@ -91,8 +91,14 @@ class NetDrafter(Drafter):
           state.cache, ctx, limit, width=self.tree_width, shape=self.tree_shape)
       return Proposal(ids.astype(jnp.int32), n.astype(jnp.int32), OneHotQ(), parents), done(
           cache)
-    ids, q, cache = self._bound(params).propose(state.cache, ctx,
-                                                draft_keys(inp.seed, inp.position))
+    net = self._bound(params)
+    keys = draft_keys(inp.seed, inp.position)
+    if getattr(net, "conditions_on_forced", False) and inp.forced is not None:
+      # behind jump-forward: the network drafts after the forced prefix, conditioned on it
+      ids, q, cache = net.propose(state.cache, ctx, keys, jnp.asarray(inp.forced, jnp.int32),
+                                  jnp.minimum(jnp.asarray(inp.n_forced, jnp.int32), limit))
+    else:
+      ids, q, cache = net.propose(state.cache, ctx, keys)
     return Proposal(ids.astype(jnp.int32), limit, q), done(cache)
 
   def advance(self, params, state, committed):

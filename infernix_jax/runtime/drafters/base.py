@@ -162,6 +162,13 @@ class Drafter:
       raise ValueError(f"draft length k={self.k} must be >= 0")
 
   @property
+  def feature_taps(self) -> tuple[int, ...] | None:
+    """The target layers whose outputs (concatenated, [.., D * len]) form the hidden states
+    `extend` and `advance` receive (EAGLE-3's low / middle / high features); None: the last
+    layer's output, [.., D]."""
+    return None
+
+  @property
   def candidates(self) -> int:
     """Nodes a tree proposal may hold (>= k): the round verifies the k best of them that
     the grammar allows (drafts after pruning beyond k are dropped)."""

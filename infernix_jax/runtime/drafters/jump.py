@@ -16,10 +16,12 @@ class JumpForward(Drafter):
   """Forced tokens first (the round computes them from each lane's constraint session).
 
   Alone (`inner=None`) it drafts only forced tokens (none on unconstrained lanes). Around a
-  host drafter, the inner one continues after the forced tokens. Around a device drafter
-  (which drafts before the forced tokens are known), the forced tokens take the first
-  positions and the inner proposal keeps the positions after them (its q there unchanged;
-  one-hot q at the forced positions). Around a tree drafter on the host, the forced tokens
+  host drafter, the inner one continues after the forced tokens. Around a device network
+  that conditions on them (`conditions_on_forced`: the MTP and EAGLE-3 chains), the network
+  feeds the forced tokens as its first drafts and drafts on after them in the same call.
+  Around another device drafter (which drafts before the forced tokens are known), the
+  forced tokens take the first positions and the inner proposal keeps the positions after
+  them (its q there unchanged). Forced positions always carry one-hot q. Around a tree drafter on the host, the forced tokens
   form a chain and the tree hangs off the last one; a device tree (drafted before the forced
   tokens are known) is replaced by the forced chain on lanes that have forced tokens. The
   target verifies every draft, so the output stays lossless.
@@ -56,6 +58,10 @@ class JumpForward(Drafter):
   @property
   def tree(self):  # type: ignore[override]
     return self.inner is not None and self.inner.tree
+
+  @property
+  def feature_taps(self):  # type: ignore[override]
+    return None if self.inner is None else self.inner.feature_taps
 
   @property
   def candidates(self):  # type: ignore[override]
