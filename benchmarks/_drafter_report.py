@@ -87,12 +87,18 @@ def _curve(results) -> list[str]:
          f"Written by `benchmarks/eagle3_curve.py`: each head trained for the same number of "
          f"steps with configs/train_eagle3.py, then drafting greedily (K=4, T=0, "
          f"{curve['meta']['lanes']} lanes) on the same {len(curve['meta']['prompts'])} "
-         f"constrained validation prompts, {curve['meta']['max_tokens']} tokens each.", "",
-         "| head | corpus tokens | draft vocabulary | steps | teacher mass in vocabulary | "
+         f"constrained validation prompts, {curve['meta']['max_tokens']} tokens each. The "
+         f"corpus0.05 / 0.25 / 1 heads at 300 steps form the learning curve over corpus size "
+         f"(at 300 steps of 4 sequences a head sees 1,200 sequences, a quarter of the whole "
+         f"corpus); corpus1 at 300 / 1000 / 1600 steps is the curve over training steps "
+         f"(1600: the shipped head, resumed from 1000); vocab2048 / 4096 and corpus1 at 300 "
+         f"steps compare draft vocabularies.", "",
+         "| head | corpus tokens | draft vocabulary | steps | teacher mass in vocabulary (last batch) | "
          "accepted length | per position | proposal ms (batch 1) |",
          "|---|---:|---:|---:|---:|---:|---|---:|"]
   for name, p in sorted(points.items(), key=lambda kv: (kv[1]["draft_vocab"],
-                                                        kv[1]["corpus_tokens"])):
+                                                        kv[1]["corpus_tokens"],
+                                                        kv[1]["steps"])):
     ms = costs.get(f"eagle3_propose_ms_vd{p['draft_vocab']}")
     out.append(f"| {name} | {p['corpus_tokens']:,} | {p['draft_vocab']} | {p['steps']} | "
                f"{p['teacher_coverage']:.2f} | {p['accepted_length']:.2f} | "
@@ -223,8 +229,9 @@ def write_report(results, path: Path, published: str = "") -> None:
       fe = s.get("final_eval") or {}
       lines.append(f"| eagle3 | `infernix_jax/models/drafters/trained/smollm2-135m-instruct."
                    f"eagle3/` ({s['megabytes']} MB, draft vocabulary {s['draft_vocab']}) | "
-                   f"{s['steps']} steps, {s['seconds'] / 60:.0f} min on {s['device']} | "
-                   f"{s['corpus']['sequences']} sequences, {s['corpus']['tokens']:,} "
+                   f"{s['steps']} steps, {s.get('seconds_total', s['seconds']) / 60:.0f} min on "
+                   f"{s['device']} | {s['corpus']['sequences']} sequences, "
+                   f"{s['corpus']['tokens']:,} "
                    f"teacher-scored tokens | {_fmt(fe.get('accepted_length'))} |")
       continue
     fe = s.get("final_eval") or {}

@@ -269,9 +269,12 @@ def train(c, log=sys.stderr) -> dict:
     history["evals"].append({"step": c.steps, **final})
     print(f"train: accepted length {final['accepted_length']:.3f} per position "
           f"{final['per_position']}", file=log, flush=True)
+  seconds = round(time.perf_counter() - t_start, 1)
+  history["seconds_total"] = round(history.get("seconds_total", 0.0) + seconds, 1)
   summary = {"drafter": "eagle3", "target": model_id, "k_trained": c.k, "steps": c.steps,
              "taps": list(taps), "draft_vocab": int(len(vocab_ids)),
-             "seconds": round(time.perf_counter() - t_start, 1),
+             "seconds": seconds,  # this invocation (a resumed run: its last segment)
+             "seconds_total": history["seconds_total"],  # every segment of the run
              "train_seconds_this_segment": round(train_seconds, 1),
              "device": jax.devices()[0].device_kind,
              "corpus": {"key": scored.manifest["key"], "sequences": len(rows),

@@ -19,8 +19,18 @@ def embedded(smollm2_model):
   return cfg, model, im.load_tokenizer(source)
 
 
+_SEQUENCES: dict = {}
+
+
 def _sequence(cfg, model, tok):
-  """A validation chat prompt + the target's greedy continuation, and its hidden states."""
+  """A validation chat prompt + the target's greedy continuation, and its hidden states
+  (computed once per module)."""
+  if id(model) not in _SEQUENCES:
+    _SEQUENCES[id(model)] = _greedy_sequence(cfg, model, tok)
+  return _SEQUENCES[id(model)]
+
+
+def _greedy_sequence(cfg, model, tok):
   from infernix_jax import models as im
   from infernix_jax.cli import generate as cli
   question = ('Answer as JSON following this schema: {"type": "object", "properties": '
@@ -30,9 +40,11 @@ def _sequence(cfg, model, tok):
   ids = list(tok.encode(cli.frame_prompt(tok, question)))
   p_len = len(ids)
   gd, st = nnx.split(model)
+  width = p_len + 32  # one padded width (causal: padding never reaches earlier positions)
   for _ in range(32):
-    logits, _ = im.forward(gd, st, jnp.asarray([ids], jnp.int32))
-    ids.append(int(jnp.argmax(logits[0, -1])))
+    padded = ids + [0] * (width - len(ids))
+    logits, _ = im.forward(gd, st, jnp.asarray([padded], jnp.int32))
+    ids.append(int(jnp.argmax(logits[0, len(ids) - 1])))
   _, hidden = im.forward(gd, st, jnp.asarray([ids], jnp.int32))
   return ids, hidden[0], p_len
 
@@ -74,3 +86,47 @@ def test_registry_loads_the_shipped_weights_by_default(embedded):
     got = nnx.to_pure_dict(nnx.state(nnx.merge(d.net.graphdef, d.net.state), nnx.Param))
     np.testing.assert_array_equal(np.asarray(got["final_norm"]), np.asarray(want["final_norm"]))
     assert d.net.cfg.num_layers == shipped[kind].cfg.num_layers
+
+
+def test_shipped_eagle3_head_loads_by_default_and_beats_an_untrained_head(embedded):
+  """`--drafter eagle3` loads the head shipped in the public layout (<= 20 MB, f16, with its
+  config and training log); its first draft, through `propose`, agrees with the target's
+  greedy next token on a prompt outside the training mix far more often than an untrained
+  head's."""
+  import json
+
+  import jax
+
+  from infernix_jax import models as im
+  from infernix_jax.models.drafters import eagle3 as e3
+  from infernix_jax.runtime import drafters
+  from infernix_jax.runtime.drafters import eagle3 as rt
+  cfg, model, tok = embedded
+  head = rt.shipped_dir()
+  assert sum(p.stat().st_size for p in head.iterdir()) <= 20e6
+  assert {"config.json", "model.safetensors", "train_config.json",
+          "training_log.json"} <= {p.name for p in head.iterdir()}
+  config = json.loads((head / "config.json").read_text())
+  assert config["infernix"]["target"].startswith("SmolLM2-135M-Instruct")
+  d = drafters.create("eagle3", {"k": 4}, target=(cfg, model))
+  ids, _, p_len = _sequence(cfg, model, tok)
+  gd, st = nnx.split(model)
+  cache = im.KVCache.init(cfg, batch=1, capacity=256)
+  _, feats, _ = im.verify(gd, st, cache, jnp.asarray([ids], jnp.int32), taps=d.feature_taps)
+  feats = np.asarray(feats[0])
+
+  def agreement(drafter):
+    hits = []
+    before = np.concatenate([np.zeros((1, feats.shape[1]), np.float32), feats[:-1]])
+    for a in range(p_len - 1, len(ids) - 1, 2):  # one padded width: one compile
+      ctx = dr.DraftContext(jnp.asarray([ids], jnp.int32), jnp.asarray(before[None]),
+                            jnp.asarray([a + 1], jnp.int32))  # context = ids[:a + 1]
+      out, _, _ = drafter.propose(drafter.init_state(1, 256), ctx,
+                                  jax.random.split(jax.random.key(0), 1))
+      hits.append(int(out[0, 0]) == ids[a + 1])
+    return float(np.mean(hits))
+
+  untrained = e3.Eagle3Drafter.create(
+      e3.Eagle3Net(cfg, d.feature_taps, 8192, rngs=nnx.Rngs(0)), model.embed[...], 4)
+  trained, rand = agreement(d.net), agreement(untrained)
+  assert trained >= 0.4 and trained > rand + 0.3, (trained, rand)
