@@ -6,19 +6,9 @@ Override any field: --config.steps=200 --config.draft_vocab=4096 --config.corpus
 The corpus is configs/corpus.py's (built, or reused from its cache, first).
 """
 
-import importlib.util
-from pathlib import Path
-
 import ml_collections
 
-
-def _corpus_config():
-  """configs/corpus.py beside this file (loaded by path: configs/ is not a package)."""
-  spec = importlib.util.spec_from_file_location("corpus_config",
-                                                Path(__file__).with_name("corpus.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from configs import corpus as corpus_config
 
 VARIANTS = ("", "smoke")
 
@@ -27,7 +17,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   if variant not in VARIANTS:
     raise ValueError(f"unknown variant {variant!r} (use '' or 'smoke')")
   c = ml_collections.ConfigDict()
-  c.corpus = _corpus_config().get_config(variant)  # the teacher-scored corpus (its own fields)
+  c.corpus = corpus_config.get_config(variant)  # the teacher-scored corpus (its own fields)
   c.corpus_fraction = 1.0       # train on the first fraction of the corpus (learning curves)
   c.draft_vocab = 8192          # Vd: the most used target ids (reduced draft vocabulary)
   c.k = 4                       # unrolled draft steps trained (the training-time test)

@@ -7,15 +7,13 @@ each with its constraint (or without, for the mix's unconstrained share). The co
 pure function of (model, mix, seed): its cache key hashes all three, and a cached corpus
 is reused as it is.
 
-`teacher_hidden` adds the target's last-layer hidden state (before the final norm) at
-every position of every sequence, from one causal forward per sequence; the teacher's
-distribution at a position is the target's LM head over it.
+The teacher-scored corpus (`teacher_corpus`) takes these sequences as its self-generated
+part and scores them with the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
@@ -24,12 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from infernix_jax.models.kv_cache import KVCache
 from infernix_jax.train.prompts import Prompt
 
 SAMPLED_TEMPERATURE = 0.7
@@ -224,57 +218,3 @@ def build_corpus(target, model_id: str, prompts: Sequence[Prompt], *, seed: int,
           "continuation_tokens": sum(len(r.ids) - r.prompt_len for r in records)}
   save(directory, records, meta)
   return records, meta, directory
-
-
-TEACHER_CHUNK = 128
-
-
-def _hidden_of(graphdef, state, cfg, ids) -> np.ndarray:
-  """Hidden states [N, D] of one sequence, in chunks through a KV cache (attention costs
-  chunk x length, not length squared)."""
-  n = len(ids)
-  chunks = -(-n // TEACHER_CHUNK)
-  capacity = 256 * -(-chunks * TEACHER_CHUNK // 256)
-  cache = KVCache.init(cfg, batch=1, capacity=capacity)
-  tokens = np.zeros((chunks * TEACHER_CHUNK,), np.int32)
-  tokens[:n] = ids
-  out = []
-  for c in range(chunks):
-    hidden, cache = _chunk(graphdef, state, cache,
-                           jnp.asarray(tokens[None, c * TEACHER_CHUNK:(c + 1) * TEACHER_CHUNK]))
-    out.append(np.asarray(hidden[0], np.float32))
-  return np.concatenate(out)[:n].astype(np.float16)
-
-
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _chunk(graphdef, state, cache, tokens):
-  """Hidden states of tokens [1, C] after the cache's entries; the cache advanced by C."""
-  model = nnx.merge(graphdef, state)
-  hidden, cache = model(tokens, cache)
-  return hidden, cache.with_lengths(cache.lengths + tokens.shape[1])
-
-
-def teacher_hidden(cfg, model, records: Sequence[Record], directory: Path | None = None,
-                   log=sys.stderr) -> list[np.ndarray]:
-  """The target's hidden state [N, D] (float16) at every position of every record.
-
-  Cached beside the corpus as hidden.npy (all records concatenated) when `directory` is set.
-  """
-  lengths = [len(r.ids) for r in records]
-  offsets = np.concatenate([[0], np.cumsum(lengths)])
-  path = directory / "hidden.npy" if directory is not None else None
-  if path is not None and path.exists():
-    flat = np.load(path, mmap_mode="r")
-    if flat.shape == (offsets[-1], cfg.dim):
-      return [np.asarray(flat[offsets[i]:offsets[i + 1]]) for i in range(len(records))]
-  graphdef, state = nnx.split(model)
-  flat = np.zeros((offsets[-1], cfg.dim), np.float16)
-  start = time.perf_counter()
-  for n, r in enumerate(records):
-    flat[offsets[n]:offsets[n + 1]] = _hidden_of(graphdef, state, cfg, r.ids)
-    if n % 50 == 49:
-      print(f"teacher: {n + 1}/{len(records)} sequences, "
-            f"{time.perf_counter() - start:.0f} s", file=log, flush=True)
-  if path is not None:
-    np.save(path, flat)
-  return [flat[offsets[i]:offsets[i + 1]] for i in range(len(records))]

@@ -31,76 +31,8 @@ import numpy as np
 
 from infernix_jax.progress import Progress, format_seconds
 from infernix_jax.train import corpus, objectives, prompts, teacher_corpus
-from infernix_jax.train.loop import _optax, _optimizer, with_params
-
-
-def draft_vocabulary(scored: teacher_corpus.ScoredCorpus, rows, size: int, vocab_size: int,
-                     always=()) -> np.ndarray:
-  """The `size` target ids the sequences `rows` use most, sorted: counts of their tokens plus
-  the target's most probable next token at each position; `always` ids (EOS) are kept.
-
-  Raises:
-    ValueError: size outside [len(always) + 1, vocab_size].
-  """
-  if not len(always) < size <= vocab_size:
-    raise ValueError(f"draft_vocab={size} must be in [{len(always) + 1}, {vocab_size}]")
-  counts = np.zeros((vocab_size,), np.int64)
-  for i in rows:
-    seq = scored.sequence(i, ("tokens", "top_ids"))
-    counts += np.bincount(seq["tokens"], minlength=vocab_size)[:vocab_size]
-    counts += np.bincount(seq["top_ids"][:, 0], minlength=vocab_size)[:vocab_size]
-  counts[list(always)] = counts.max() + 1
-  order = np.lexsort((np.arange(vocab_size), -counts))  # most used first, ties to small ids
-  return np.sort(order[:size]).astype(np.int32)
-
-
-class ScoredSampler:
-  """Batches from a scored corpus, deterministic in (seed, step)."""
-
-  def __init__(self, scored: teacher_corpus.ScoredCorpus, rows, *, seqs: int, anchors: int,
-               seed: int, answer_share: float, bucket: int = 128):
-    self.scored, self.seqs, self.anchors, self.seed = scored, seqs, anchors, seed
-    self.answer_share, self.bucket = answer_share, bucket
-    self.buckets: dict[int, list[int]] = {}
-    for i in rows:
-      row = scored.index[i]
-      if row["length"] - row["prompt_len"] >= 1 and row["length"] >= 3:
-        self.buckets.setdefault(bucket * -(-row["length"] // bucket), []).append(i)
-    if not self.buckets:
-      raise ValueError("the scored corpus has no sequence with an answer to train on")
-    self.sizes = sorted(self.buckets)
-    tokens = np.array([s * len(self.buckets[s]) for s in self.sizes], np.float64)
-    self.p = tokens / tokens.sum()  # buckets drawn in proportion to their tokens
-
-  def batch(self, step: int) -> dict[str, np.ndarray]:
-    """ids i32[S, N], feats f16[S, N, F], top_ids i32[S, N, J], top_logp f16[S, N, J],
-    n / p_len i32[S], anchors i32[S, A], ok bool[S, A]."""
-    rng = np.random.default_rng([self.seed, step])
-    size = self.sizes[rng.choice(len(self.sizes), p=self.p)]
-    picks = rng.choice(self.buckets[size], size=self.seqs)
-    first = self.scored.sequence(int(picks[0]))
-    f, j = first["features"].shape[1], first["top_ids"].shape[1]
-    out = {"ids": np.zeros((self.seqs, size), np.int32),
-           "feats": np.zeros((self.seqs, size, f), np.float16),
-           "top_ids": np.zeros((self.seqs, size, j), np.int32),
-           "top_logp": np.zeros((self.seqs, size, j), np.float16),
-           "n": np.zeros((self.seqs,), np.int32), "p_len": np.zeros((self.seqs,), np.int32),
-           "anchors": np.zeros((self.seqs, self.anchors), np.int32),
-           "ok": np.zeros((self.seqs, self.anchors), bool)}
-    for s, i in enumerate(picks):
-      seq, row = self.scored.sequence(int(i)), self.scored.index[int(i)]
-      m, p_len = row["length"], row["prompt_len"]
-      out["ids"][s, :m], out["feats"][s, :m] = seq["tokens"], seq["features"]
-      out["top_ids"][s, :m], out["top_logp"][s, :m] = seq["top_ids"], seq["top_logp"]
-      out["n"][s], out["p_len"][s] = m, p_len
-      answer = np.arange(max(p_len - 1, 0), m - 1)  # anchors whose drafts are answer tokens
-      own = rng.choice(answer, size=min(len(answer), round(self.anchors * self.answer_share)),
-                       replace=False)
-      rest = np.setdiff1d(np.arange(0, m - 1), own)
-      more = rng.choice(rest, size=min(len(rest), self.anchors - len(own)), replace=False)
-      take = np.sort(np.concatenate([own, more]).astype(np.int32))
-      out["anchors"][s, :len(take)], out["ok"][s, :len(take)] = take, True
-    return out
+from infernix_jax.train.loop import (Checkpoints, _optax, _optimizer, load_scored,
+                                    with_params)
 
 
 def make_head(c, cfg, model, vocab_ids: np.ndarray, taps):
@@ -147,7 +79,7 @@ def _step_fn(c, net_cfg, opt):
       return objectives.eagle3_loss(params, net_cfg, embed, t2d, ids, feats, top_ids,
                                     top_logp, n, p_len, anchors, ok, k=c.k,
                                     step_weights=weights, ce_weight=c.ce_weight)
-    losses, metrics = jax.vmap(one)(b["ids"], b["feats"], b["top_ids"], b["top_logp"], b["n"],
+    losses, metrics = jax.vmap(one)(b["ids"], b["features"], b["top_ids"], b["top_logp"], b["n"],
                                     b["p_len"], b["anchors"], b["ok"])
     return losses.mean(), jax.tree.map(lambda m: m.mean(0), metrics)
 
@@ -193,51 +125,30 @@ def train(c, log=sys.stderr) -> dict:
   """Runs config `c` (configs/train_eagle3.py); returns the training summary."""
   _optax()
   check(c)
-  import orbax.checkpoint as ocp
   from flax import nnx
 
   from infernix_jax.models.drafters import eagle3_checkpoint
   t_start = time.perf_counter()
-  scored = teacher_corpus.build(c.corpus, log=log)
-  target, model_id = corpus.load_target(c.corpus.model or None)
+  scored, target, model_id, rows, used_tokens = load_scored(c, log)
   cfg, model = target.cfg, target.model
-  if scored.manifest["model"] != model_id:
-    raise ValueError(f"the scored corpus belongs to {scored.manifest['model']}, not "
-                     f"{model_id}")
   taps = tuple(scored.manifest["taps"])
-  rows = list(range(max(1, round(len(scored) * c.corpus_fraction))))
-  used_tokens = sum(scored.index[i]["length"] for i in rows)
-  vocab_ids = draft_vocabulary(scored, rows, min(c.draft_vocab, cfg.vocab_size),
-                               cfg.vocab_size, sorted(target.vocab.eos_ids))
+  vocab_ids = teacher_corpus.draft_vocabulary(scored, rows,
+                                              min(c.draft_vocab, cfg.vocab_size),
+                                              cfg.vocab_size, sorted(target.vocab.eos_ids))
   t2d = np.full((cfg.vocab_size,), -1, np.int32)
   t2d[vocab_ids] = np.arange(len(vocab_ids))
-  sampler = ScoredSampler(scored, rows, seqs=c.batch_sequences, anchors=c.anchors,
-                          seed=c.seed, answer_share=c.answer_anchor_share)
+  sampler = teacher_corpus.ScoredSampler(scored, rows, seqs=c.batch_sequences,
+                                         anchors=c.anchors, seed=c.seed,
+                                         answer_share=c.answer_anchor_share,
+                                         arrays=("features", "top_ids", "top_logp"))
   net = make_head(c, cfg, model, vocab_ids, taps)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
   embed, t2d_j = model.embed[...], jnp.asarray(t2d)
   opt = _optimizer(c)
-  opt_state = opt.init(params)
   step_fn = _step_fn(c, net.cfg, opt)
-
-  workdir = Path(c.workdir).absolute()
-  manager = ocp.CheckpointManager(workdir / "checkpoints",
-                                  options=ocp.CheckpointManagerOptions(max_to_keep=2))
-  start_step, history = 0, {"loss": [], "evals": []}
-  latest = manager.latest_step()
-  if latest is not None:
-    restored = manager.restore(latest, args=ocp.args.StandardRestore(
-        {"params": params, "opt_state": opt_state}))
-    params, opt_state, start_step = restored["params"], restored["opt_state"], latest
-    if (workdir / "history.json").exists():
-      history = json.loads((workdir / "history.json").read_text())
-    history.setdefault("segments", []).append({"from_step": latest, "to_step": c.steps})
-    print(f"train: resumed from step {latest} in {workdir}", file=log, flush=True)
-
-  def save(step):
-    manager.save(step, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
-    manager.wait_until_finished()
-    (workdir / "history.json").write_text(json.dumps(history))
+  checkpoints = Checkpoints(c.workdir)
+  params, opt_state, start_step, history = checkpoints.resume(params, opt.init(params),
+                                                              c.steps, log)
 
   bar = Progress(c.steps, "train eagle3", stream=log, start=start_step)
   window: list[float] = []
@@ -260,7 +171,7 @@ def train(c, log=sys.stderr) -> dict:
     bar.update(done, loss=loss, top1=float(metrics["top1"][0]),
                tok_s=seen / max(time.perf_counter() - t_loop, 1e-9))
     if done % c.checkpoint_every == 0 or done == c.steps:
-      save(done)
+      checkpoints.save(done, params, opt_state, history)
   bar.close()
   train_seconds = time.perf_counter() - t_loop
   trained = with_params(net, params)
@@ -271,6 +182,7 @@ def train(c, log=sys.stderr) -> dict:
           f"{final['per_position']}", file=log, flush=True)
   seconds = round(time.perf_counter() - t_start, 1)
   history["seconds_total"] = round(history.get("seconds_total", 0.0) + seconds, 1)
+  checkpoints.write_history(history)  # a later resume adds to seconds_total
   summary = {"drafter": "eagle3", "target": model_id, "k_trained": c.k, "steps": c.steps,
              "taps": list(taps), "draft_vocab": int(len(vocab_ids)),
              "seconds": seconds,  # this invocation (a resumed run: its last segment)

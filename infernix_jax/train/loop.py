@@ -1,24 +1,27 @@
-"""A drafter training run from a config: corpus, distillation, evaluation, checkpoints, export.
+"""A training run of the MTP head or the block drafter from a config: the teacher-scored
+corpus, distillation, evaluation, checkpoints, export.
 
   python -m infernix_jax.train --config=configs/train_mtp.py          # the shipped run
   python -m infernix_jax.train --config=configs/train_mtp.py:smoke    # CI's minute-long run
 
-Steps: load the frozen target; build (or reuse) the self-distilled corpus of the training
-prompt mix and the target's hidden states over it; train the drafter's parameters with
-optax (the target's embedding, LM head and final norm stay frozen and shared) on the
-objective of `objectives`; evaluate acceptance through the engine on validation prompts
-every `eval_every` steps; keep resumable orbax checkpoints (parameters, optimizer state) in
-`workdir`; finally export float16 weights with the resolved config and a training summary.
+Steps: build (or reuse) the scored corpus of `c.corpus` (configs/corpus.py's fields), whose
+stored last-layer hidden states are the drafters' inputs and, through the target's frozen LM
+head, their teacher; choose a draft vocabulary by token frequency when `c.draft_vocab` asks
+for one; train the drafter's parameters with optax (the target's embedding, LM head and
+final norm stay frozen and shared) on the objective of `objectives`, draft positions weighted
+by `c.position_weights`; evaluate acceptance through the engine on validation prompts every
+`eval_every` steps; keep resumable orbax checkpoints (parameters, optimizer state) in
+`workdir`; finally export float16 weights (with the draft vocabulary) beside the resolved
+config and a training summary.
 
-Batches: S sequences of one length bucket (a multiple of 256 tokens), A anchors sampled per
-sequence, (1 - prompt_anchor_share) of them in the target's own continuation and the rest in
-the prompt (the target's distribution there is a teacher too: KL only); the sampler's randomness is a function of (seed, step), so a resumed run draws
-the batches the uninterrupted one would have.
+Batches: S sequences of one length bucket, A anchors per sequence, `answer_anchor_share` of
+them drafting answer tokens (KL + CE) and the rest anywhere (KL only); the sampler's
+randomness is a function of (seed, step), so a resumed run draws the batches the
+uninterrupted one would have.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -30,65 +33,7 @@ import numpy as np
 
 from infernix_jax._extras import missing
 from infernix_jax.progress import Progress, format_seconds
-from infernix_jax.train import corpus, objectives, prompts
-
-BUCKET = 256
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Batch:
-  """ids i32[S, N]; hidden f32[S, N, D]; n, p_len i32[S]; anchors i32[S, A]; ok bool[S, A]."""
-
-  ids: jax.Array
-  hidden: jax.Array
-  n: jax.Array
-  p_len: jax.Array
-  anchors: jax.Array
-  ok: jax.Array
-
-
-class Sampler:
-  """Draws batches from the corpus, deterministic in (seed, step)."""
-
-  def __init__(self, records, hidden, *, seqs: int, anchors: int, seed: int,
-               prompt_share: float):
-    self.records, self.hidden = records, hidden
-    self.seqs, self.anchors, self.seed = seqs, anchors, seed
-    self.prompt_share = prompt_share
-    self.buckets: dict[int, list[int]] = {}
-    for i, r in enumerate(records):
-      if len(r.ids) - r.prompt_len >= 2:
-        self.buckets.setdefault(BUCKET * -(-len(r.ids) // BUCKET), []).append(i)
-    if not self.buckets:
-      raise ValueError("the corpus has no sequence with at least two generated tokens")
-    self.sizes = sorted(self.buckets)
-    counts = np.array([len(self.buckets[s]) for s in self.sizes], np.float64)
-    self.p = counts / counts.sum()
-
-  def batch(self, step: int) -> Batch:
-    rng = np.random.default_rng([self.seed, step])
-    size = self.sizes[rng.choice(len(self.sizes), p=self.p)]
-    picks = rng.choice(self.buckets[size], size=self.seqs)
-    d = self.hidden[0].shape[-1]
-    ids = np.zeros((self.seqs, size), np.int32)
-    hid = np.zeros((self.seqs, size, d), np.float32)
-    n = np.zeros((self.seqs,), np.int32)
-    p_len = np.zeros((self.seqs,), np.int32)
-    anchors = np.zeros((self.seqs, self.anchors), np.int32)
-    ok = np.zeros((self.seqs, self.anchors), bool)
-    for s, i in enumerate(picks):
-      r = self.records[i]
-      m = len(r.ids)
-      ids[s, :m], hid[s, :m], n[s], p_len[s] = r.ids, self.hidden[i], m, r.prompt_len
-      gen = np.arange(max(r.prompt_len - 1, 0), m - 1)  # anchors in the target's own output
-      own = rng.choice(gen, size=min(len(gen), round(self.anchors * (1 - self.prompt_share))),
-                       replace=False)
-      rest = np.setdiff1d(np.arange(1, m - 1), own)  # prompt anchors (KL only) fill the rest
-      more = rng.choice(rest, size=min(len(rest), self.anchors - len(own)), replace=False)
-      take = np.sort(np.concatenate([own, more]).astype(np.int32))
-      anchors[s, :len(take)], ok[s, :len(take)] = take, True
-    return Batch(*(jnp.asarray(x) for x in (ids, hid, n, p_len, anchors, ok)))
+from infernix_jax.train import corpus, objectives, prompts, teacher_corpus
 
 
 def check(c) -> None:
@@ -111,6 +56,16 @@ def check(c) -> None:
     raise ValueError(f"config.eval_drafter={c.eval_drafter!r} takes no trained weights (its "
                      f"options: {', '.join(drafters.fields(c.eval_drafter)) or 'none'}); "
                      f"name a drafter with a weights option")
+  if len(c.position_weights) != c.k:
+    raise ValueError(f"config.position_weights has {len(c.position_weights)} entries; it "
+                     f"needs one per draft position (k={c.k})")
+  if not 0 < c.corpus_fraction <= 1:
+    raise ValueError(f"config.corpus_fraction={c.corpus_fraction} must be in (0, 1]")
+  if not 0 <= c.answer_anchor_share <= 1:
+    raise ValueError(f"config.answer_anchor_share={c.answer_anchor_share} must be in [0, 1]")
+  if c.draft_vocab < 0:
+    raise ValueError(f"config.draft_vocab={c.draft_vocab} must be 0 (the full vocabulary) "
+                     f"or a size")
 
 
 def make_net(c, cfg, model):
@@ -152,14 +107,15 @@ def _optimizer(c):
 
 def _step_fn(c, net_cfg, opt):
   optax = _optax()
+  weights = tuple(float(w) for w in c.position_weights)
 
-  def batch_loss(params, head, final_norm, batch: Batch):
+  def batch_loss(params, head, final_norm, b):
     def one(ids, hidden, n, p_len, anchors, ok):
       return objectives.distill_loss(c.drafter, params, net_cfg, head, final_norm, ids,
                                      hidden, n, p_len, anchors, ok, k=c.k,
-                                     ce_weight=c.ce_weight)
-    losses, metrics = jax.vmap(one)(batch.ids, batch.hidden, batch.n, batch.p_len,
-                                    batch.anchors, batch.ok)
+                                     ce_weight=c.ce_weight, position_weights=weights)
+    losses, metrics = jax.vmap(one)(b["ids"], b["last"], b["n"], b["p_len"], b["anchors"],
+                                    b["ok"])
     return losses.mean(), jax.tree.map(lambda m: m.mean(0), metrics)
 
   @jax.jit
@@ -170,6 +126,54 @@ def _step_fn(c, net_cfg, opt):
     return optax.apply_updates(params, updates), opt_state, loss, metrics
 
   return step
+
+
+class Checkpoints:
+  """A run's resumable state in `workdir`: orbax checkpoints of the parameters and optimizer
+  state (the last two kept) and history.json (losses, evaluations, resumed segments)."""
+
+  def __init__(self, workdir):
+    import orbax.checkpoint as ocp
+    self.ocp, self.workdir = ocp, Path(workdir).absolute()
+    self.manager = ocp.CheckpointManager(self.workdir / "checkpoints",
+                                         options=ocp.CheckpointManagerOptions(max_to_keep=2))
+
+  def resume(self, params, opt_state, steps: int, log=sys.stderr):
+    """(params, opt_state, start step, history): the latest checkpoint's, or the given ones
+    at step 0. A resumed run with more steps stretches the cosine schedule from there on;
+    history.segments records it, so the summary says how the weights were produced."""
+    history = {"loss": [], "evals": []}
+    latest = self.manager.latest_step()
+    if latest is None:
+      return params, opt_state, 0, history
+    restored = self.manager.restore(latest, args=self.ocp.args.StandardRestore(
+        {"params": params, "opt_state": opt_state}))
+    if (self.workdir / "history.json").exists():
+      history = json.loads((self.workdir / "history.json").read_text())
+    history.setdefault("segments", []).append({"from_step": latest, "to_step": steps})
+    print(f"train: resumed from step {latest} in {self.workdir}", file=log, flush=True)
+    return restored["params"], restored["opt_state"], latest, history
+
+  def save(self, step: int, params, opt_state, history) -> None:
+    self.manager.save(step, args=self.ocp.args.StandardSave(
+        {"params": params, "opt_state": opt_state}))
+    self.manager.wait_until_finished()
+    self.write_history(history)
+
+  def write_history(self, history) -> None:
+    (self.workdir / "history.json").write_text(json.dumps(history))
+
+
+def load_scored(c, log=sys.stderr):
+  """(scored corpus, target, model id, rows trained on, their tokens) of a config with a
+  `corpus` block and `corpus_fraction` (the first fraction of the sequences)."""
+  scored = teacher_corpus.build(c.corpus, log=log)
+  target, model_id = corpus.load_target(c.corpus.model or None)
+  if scored.manifest["model"] != model_id:
+    raise ValueError(f"the scored corpus belongs to {scored.manifest['model']}, not "
+                     f"{model_id}")
+  rows = list(range(max(1, round(len(scored) * c.corpus_fraction))))
+  return scored, target, model_id, rows, sum(scored.index[i]["length"] for i in rows)
 
 
 def with_params(net, params):
@@ -197,64 +201,43 @@ def evaluate(c, target, net, val_prompts, *, compiler=None) -> dict:
 def train(c, log=sys.stderr) -> dict:
   """Runs the config `c` (see configs/train_mtp.py); returns the training summary."""
   _optax()  # before the corpus is built, not minutes into the run
-  import orbax.checkpoint as ocp
+  check(c)
   from flax import nnx
 
   from infernix_jax import constrain as ic
-  from infernix_jax.models import drafters as md
   from infernix_jax.models.drafters import weights as dw
+  from infernix_jax.runtime.drafters._trained import head_for
   t_start = time.perf_counter()
-  check(c)
-  target, model_id = corpus.load_target(c.model or None)
+  scored, target, model_id, rows, used_tokens = load_scored(c, log)
   cfg, model = target.cfg, target.model
-  compiler = ic.ConstraintCompiler(target.vocab)  # the corpus and every evaluation share it
-  train_mix = prompts.prompt_mix(dict(c.train_mix), "train")
-  if c.corpus_max_tokens:
-    train_mix = [dataclasses.replace(p, max_tokens=min(p.max_tokens, c.corpus_max_tokens))
-                 for p in train_mix]
+  compiler = ic.ConstraintCompiler(target.vocab)  # every evaluation shares it
   val_mix = [p for p in prompts.prompt_mix(dict(c.validation_mix), "validation")
              if p.constraint is not None]
-  records, corpus_meta, directory = corpus.build_corpus(
-      target, model_id, train_mix, seed=c.seed, lanes=c.corpus_lanes,
-      root=Path(c.cache_dir) if c.cache_dir else None, compiler=compiler, log=log)
-  hidden = corpus.teacher_hidden(cfg, model, records, directory, log=log)
-  sampler = Sampler(records, hidden, seqs=c.batch_sequences, anchors=c.anchors, seed=c.seed,
-                    prompt_share=c.prompt_anchor_share)
+  vocab = (teacher_corpus.draft_vocabulary(scored, rows, min(c.draft_vocab, cfg.vocab_size),
+                                           cfg.vocab_size, sorted(target.vocab.eos_ids))
+           if c.draft_vocab else None)
+  sampler = teacher_corpus.ScoredSampler(scored, rows, seqs=c.batch_sequences,
+                                         anchors=c.anchors, seed=c.seed,
+                                         answer_share=c.answer_anchor_share, arrays=("last",))
 
   net = make_net(c, cfg, model)
+  dw.set_draft_vocab(net, vocab)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
-  head = md.TargetHead.from_model(model)
+  head = head_for(model, net)
   final_norm = model.final_norm[...]
   opt = _optimizer(c)
-  opt_state = opt.init(params)
   step_fn = _step_fn(c, net.cfg, opt)
-
-  workdir = Path(c.workdir).absolute()
-  manager = ocp.CheckpointManager(workdir / "checkpoints",
-                                  options=ocp.CheckpointManagerOptions(max_to_keep=2))
-  start_step, history = 0, {"loss": [], "evals": []}
-  latest = manager.latest_step()
-  if latest is not None:
-    restored = manager.restore(latest, args=ocp.args.StandardRestore(
-        {"params": params, "opt_state": opt_state}))
-    params, opt_state, start_step = restored["params"], restored["opt_state"], latest
-    if (workdir / "history.json").exists():
-      history = json.loads((workdir / "history.json").read_text())
-    # A resumed run with more steps stretches the cosine schedule from here on: record it,
-    # so the exported summary says how the weights were really produced.
-    history.setdefault("segments", []).append({"from_step": latest, "to_step": c.steps})
-    print(f"train: resumed from step {latest} in {workdir}", file=log, flush=True)
-
-  def save(step):
-    manager.save(step, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
-    manager.wait_until_finished()
-    (workdir / "history.json").write_text(json.dumps(history))
+  checkpoints = Checkpoints(c.workdir)
+  params, opt_state, start_step, history = checkpoints.resume(params, opt.init(params),
+                                                              c.steps, log)
 
   bar = Progress(c.steps, f"train {c.drafter}", stream=log, start=start_step)
   window: list[float] = []
+  t_loop, seen = time.perf_counter(), 0
   for step in range(start_step, c.steps):
-    params, opt_state, loss, metrics = step_fn(params, opt_state, head, final_norm,
-                                               sampler.batch(step))
+    batch = sampler.batch(step)
+    seen += int(batch["n"].sum())
+    params, opt_state, loss, metrics = step_fn(params, opt_state, head, final_norm, batch)
     loss = float(loss)
     if not np.isfinite(loss):
       raise FloatingPointError(f"training loss became {loss} at step {step}")
@@ -265,25 +248,33 @@ def train(c, log=sys.stderr) -> dict:
                               "kl": round(float(metrics["kl"]), 5),
                               "top1": [round(float(x), 4) for x in metrics["top1"]]})
       window = []
-    bar.update(done, loss=loss, top1=float(metrics["top1"][0]))
+    bar.update(done, loss=loss, top1=float(metrics["top1"][0]),
+               tok_s=seen / max(time.perf_counter() - t_loop, 1e-9))
     if c.eval_every and (done % c.eval_every == 0 or done == c.steps) and val_mix:
       result = evaluate(c, target, with_params(net, params), val_mix, compiler=compiler)
       history["evals"].append({"step": done, **result})
       print(f"\ntrain: eval at step {done}: accepted length {result['accepted_length']:.3f} "
             f"per position {result['per_position']}", file=log, flush=True)
     if done % c.checkpoint_every == 0 or done == c.steps:
-      save(done)
+      checkpoints.save(done, params, opt_state, history)
   bar.close()
 
+  seconds = round(time.perf_counter() - t_start, 1)
+  history["seconds_total"] = round(history.get("seconds_total", 0.0) + seconds, 1)
   summary = {"drafter": c.drafter, "target": model_id, "k_trained": c.k, "steps": c.steps,
-             "seconds": round(time.perf_counter() - t_start, 1),
+             "draft_vocab": int(len(vocab)) if vocab is not None else cfg.vocab_size,
+             "position_weights": [float(w) for w in c.position_weights],
+             "seconds": seconds,  # this invocation (a resumed run: its last segment)
+             "seconds_total": history["seconds_total"],  # every segment of the run
              "device": jax.devices()[0].device_kind,
-             "corpus": {**corpus_meta, "sequences": len(records)},
+             "corpus": {"key": scored.manifest["key"], "sequences": len(rows),
+                        "tokens": used_tokens, "fraction": c.corpus_fraction,
+                        "mix": scored.manifest["mix"]},
              "validation_prompts": len(val_mix), "history": history}
+  checkpoints.write_history(history)  # a later resume adds to seconds_total
   if c.export:
-    trained = with_params(net, params)
     export = Path(c.export)
-    dw.save(export, trained, kind=c.drafter, target_cfg=cfg,
+    dw.save(export, with_params(net, params), kind=c.drafter, target_cfg=cfg,
             target_embed=model.embed[...], target_name=model_id,
             extra={k: v for k, v in summary.items() if k != "history"} | {
                 "final_eval": history["evals"][-1] if history["evals"] else None})

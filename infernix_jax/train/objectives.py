@@ -6,8 +6,11 @@ a is the last committed token of a round; draft i (1..K) predicts token a + i, w
 teacher distribution is the target's softmax over LM_head(final_norm(H[a + i - 1])).
 
 Loss: mean KL(teacher || drafter) over the valid (anchor, position) pairs + ce_weight * mean
-CE of the sequence's token over the pairs whose token the target generated (the CE term
-carries what the constraint made the target emit; prompt tokens get the KL only).
+CE of the sequence's token over the pairs whose token belongs to the answer (the CE term
+carries what the constraint made the target emit; prompt tokens get the KL only). Both means
+weight draft position i by position_weights[i - 1]. With a head restricted to a draft
+vocabulary (`TargetHead.restricted`), student and teacher are both distributions over its
+Vd ids (the teacher renormalized there) and tokens outside it get no CE.
 Per-position top-1 agreement is returned as a metric.
 
 Layouts (they reproduce what `propose` computes, so trained weights transfer as they are):
@@ -33,8 +36,8 @@ from infernix_jax.models.transformer import decoder_layer
 
 
 def teacher_logits(hidden, final_norm, head: TargetHead, eps: float):
-  """Target hidden [..., D] -> f32 logits [..., Vm]."""
-  return head.logits(layers.rms_norm(hidden, final_norm, eps))
+  """Target hidden [..., D] -> f32 logits over the head's columns [..., Vd or Vm]."""
+  return head.draft_logits(layers.rms_norm(hidden, final_norm, eps))
 
 
 def _kl_ce(student, teacher, token):
@@ -46,15 +49,18 @@ def _kl_ce(student, teacher, token):
   return kl, ce, jnp.argmax(student, -1) == jnp.argmax(teacher, -1)
 
 
-def _reduce(kl, ce, agree, valid, ce_valid, ce_weight):
-  """[A, K] terms -> (loss, metrics with per-position means)."""
+def _reduce(kl, ce, agree, valid, ce_valid, ce_weight, position_weights=None):
+  """[A, K] terms -> (loss, metrics: unweighted KL / CE means, per-position top-1)."""
   w, wc = valid.astype(jnp.float32), ce_valid.astype(jnp.float32)
-  total, total_ce = jnp.maximum(w.sum(), 1.0), jnp.maximum(wc.sum(), 1.0)
+  pw = (jnp.ones((kl.shape[-1],), jnp.float32) if position_weights is None
+        else jnp.asarray(position_weights, jnp.float32))
+  loss = (jnp.sum(kl * w * pw) / jnp.maximum(jnp.sum(w * pw), 1e-9)
+          + ce_weight * jnp.sum(ce * wc * pw) / jnp.maximum(jnp.sum(wc * pw), 1e-9))
   per_pos = jnp.maximum(w.sum(0), 1.0)
-  kl_mean, ce_mean = jnp.sum(kl * w) / total, jnp.sum(ce * wc) / total_ce
-  return kl_mean + ce_weight * ce_mean, {"kl": kl_mean, "ce": ce_mean,
-                                         "top1": jnp.sum(agree * w, 0) / per_pos,
-                                         "weight": w.sum(0)}
+  kl_mean = jnp.sum(kl * w) / jnp.maximum(w.sum(), 1.0)
+  ce_mean = jnp.sum(ce * wc) / jnp.maximum(wc.sum(), 1.0)
+  return loss, {"kl": kl_mean, "ce": ce_mean, "top1": jnp.sum(agree * w, 0) / per_pos,
+                "weight": w.sum(0)}
 
 
 def _anchor_targets(ids, anchors, anchor_ok, n_valid, k):
@@ -67,7 +73,8 @@ def _anchor_targets(ids, anchors, anchor_ok, n_valid, k):
 
 
 def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
-  """Student logits f32[A, K, Vm] of an MTP head (params: pure dict of `MTPHead`).
+  """Student logits f32[A, K, Vd or Vm] (the head's columns) of an MTP head (params: pure
+  dict of `MTPHead`).
 
   Args:
     cfg: the head's config (`MTPHead.cfg`).
@@ -112,11 +119,12 @@ def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
     g = out[:, 0]
     outs.append(g)
   gs = jnp.stack(outs, axis=1)  # [A, K, D]
-  return head.logits(layers.rms_norm(gs, params["final_norm"], eps))
+  return head.draft_logits(layers.rms_norm(gs, params["final_norm"], eps))
 
 
 def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
-  """Student logits f32[A, K, Vm] of a block drafter (params: pure dict of `DFlashNet`)."""
+  """Student logits f32[A, K, Vd or Vm] (the head's columns) of a block drafter (params:
+  pure dict of `DFlashNet`)."""
   eps, dt = cfg.norm_eps, cfg.jnp_dtype
   n, a, t = ids.shape[0], anchors.shape[0], k + 1
   prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0).astype(dt)
@@ -137,14 +145,15 @@ def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
     _, kc, vc = layers.project_qkv(cfg, p, feats, cos_c, sin_c)  # [1, N, G, H]
     x, _, _ = decoder_layer(cfg, p, x, jnp.broadcast_to(kc, (a,) + kc.shape[1:]),
                             jnp.broadcast_to(vc, (a,) + vc.shape[1:]), cos_b, sin_b, mask)
-  return head.logits(layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, Vm]
+  return head.draft_logits(layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, V]
 
 
 LOGITS = {"mtp": mtp_logits, "block": block_logits}
 
 
 def distill_loss(kind: str, params, cfg, head: TargetHead, final_norm, ids, hidden, n_valid,
-                 prompt_len, anchors, anchor_ok, *, k: int, ce_weight: float):
+                 prompt_len, anchors, anchor_ok, *, k: int, ce_weight: float,
+                 position_weights=None):
   """(loss, metrics) of drafter `kind` ("mtp" | "block") on one sequence.
 
   Args:
@@ -152,14 +161,17 @@ def distill_loss(kind: str, params, cfg, head: TargetHead, final_norm, ids, hidd
     head, final_norm: the target's shared, frozen head and final norm weight.
     ids: i32[N]; hidden: [N, D]; n_valid: the real length; prompt_len: where the target's
       own tokens start (CE applies to those only; KL to every position);
-      anchors: i32[A]; anchor_ok: bool[A].
+      anchors: i32[A]; anchor_ok: bool[A];
+    position_weights: [K] loss weight of each draft position (None: equal).
   """
   student = LOGITS[kind](params, cfg, head, ids, hidden, anchors, k)
   tpos, tokens, valid = _anchor_targets(ids, anchors, anchor_ok, n_valid, k)
   rows = jnp.take(hidden, tpos, axis=0).astype(cfg.jnp_dtype)
   teacher = teacher_logits(rows, final_norm, head, cfg.norm_eps)
-  ce_valid = valid & (tpos + 1 >= prompt_len)
-  return _reduce(*_kl_ce(student, teacher, tokens), valid, ce_valid, ce_weight)
+  cols, inside = head.draft_index(tokens)
+  ce_valid = valid & inside & (tpos + 1 >= prompt_len)
+  return _reduce(*_kl_ce(student, teacher, cols), valid, ce_valid, ce_weight,
+                 position_weights)
 
 
 def eagle3_logits(params, cfg, embed, ids, feats, anchors, k: int):

@@ -212,6 +212,80 @@ class ScoredCorpus:
     return {k: self.shards[row["shard"]][k][a:a + n] for k in arrays}
 
 
+def draft_vocabulary(scored: "ScoredCorpus", rows, size: int, vocab_size: int,
+                     always=()) -> np.ndarray:
+  """The `size` target ids the sequences `rows` use most, sorted: counts of their tokens plus
+  the target's most probable next token at each position; `always` ids (EOS) are kept.
+
+  Raises:
+    ValueError: size outside [len(always) + 1, vocab_size].
+  """
+  if not len(always) < size <= vocab_size:
+    raise ValueError(f"draft_vocab={size} must be in [{len(always) + 1}, {vocab_size}]")
+  counts = np.zeros((vocab_size,), np.int64)
+  for i in rows:
+    seq = scored.sequence(i, ("tokens", "top_ids"))
+    counts += np.bincount(seq["tokens"], minlength=vocab_size)[:vocab_size]
+    counts += np.bincount(seq["top_ids"][:, 0], minlength=vocab_size)[:vocab_size]
+  counts[list(always)] = counts.max() + 1
+  order = np.lexsort((np.arange(vocab_size), -counts))  # most used first, ties to small ids
+  return np.sort(order[:size]).astype(np.int32)
+
+
+class ScoredSampler:
+  """Batches from a scored corpus, deterministic in (seed, step)."""
+
+  def __init__(self, scored: "ScoredCorpus", rows, *, seqs: int, anchors: int, seed: int,
+               answer_share: float, arrays: Sequence[str], bucket: int = 128):
+    unknown = set(arrays) - set(ARRAYS[1:])
+    if unknown:
+      raise ValueError(f"arrays {sorted(unknown)} are not stored (the corpus has "
+                       f"{', '.join(ARRAYS[1:])})")
+    self.scored, self.seqs, self.anchors, self.seed = scored, seqs, anchors, seed
+    self.arrays = tuple(arrays)
+    self.answer_share, self.bucket = answer_share, bucket
+    self.buckets: dict[int, list[int]] = {}
+    for i in rows:
+      row = scored.index[i]
+      if row["length"] - row["prompt_len"] >= 1 and row["length"] >= 3:
+        self.buckets.setdefault(bucket * -(-row["length"] // bucket), []).append(i)
+    if not self.buckets:
+      raise ValueError("the scored corpus has no sequence with an answer to train on")
+    self.sizes = sorted(self.buckets)
+    tokens = np.array([s * len(self.buckets[s]) for s in self.sizes], np.float64)
+    self.p = tokens / tokens.sum()  # buckets drawn in proportion to their tokens
+
+  def batch(self, step: int) -> dict[str, np.ndarray]:
+    """ids i32[S, N], each asked array [S, N, ...] in its stored dtype, n / p_len i32[S],
+    anchors i32[S, A], ok bool[S, A] (anchors whose drafts are answer tokens make up
+    `answer_share` of each row's, the rest anywhere before its last token)."""
+    rng = np.random.default_rng([self.seed, step])
+    size = self.sizes[rng.choice(len(self.sizes), p=self.p)]
+    picks = rng.choice(self.buckets[size], size=self.seqs)
+    first = self.scored.sequence(int(picks[0]), self.arrays)
+    out = {"ids": np.zeros((self.seqs, size), np.int32),
+           **{a: np.zeros((self.seqs, size) + first[a].shape[1:], first[a].dtype)
+              for a in self.arrays},
+           "n": np.zeros((self.seqs,), np.int32), "p_len": np.zeros((self.seqs,), np.int32),
+           "anchors": np.zeros((self.seqs, self.anchors), np.int32),
+           "ok": np.zeros((self.seqs, self.anchors), bool)}
+    for s, i in enumerate(picks):
+      seq, row = self.scored.sequence(int(i), ("tokens", *self.arrays)), self.scored.index[int(i)]
+      m, p_len = row["length"], row["prompt_len"]
+      out["ids"][s, :m] = seq["tokens"]
+      for a in self.arrays:
+        out[a][s, :m] = seq[a]
+      out["n"][s], out["p_len"][s] = m, p_len
+      answer = np.arange(max(p_len - 1, 0), m - 1)  # anchors whose drafts are answer tokens
+      own = rng.choice(answer, size=min(len(answer), round(self.anchors * self.answer_share)),
+                       replace=False)
+      rest = np.setdiff1d(np.arange(0, m - 1), own)
+      more = rng.choice(rest, size=min(len(rest), self.anchors - len(own)), replace=False)
+      take = np.sort(np.concatenate([own, more]).astype(np.int32))
+      out["anchors"][s, :len(take)], out["ok"][s, :len(take)] = take, True
+    return out
+
+
 def mix_report(seqs: Sequence[Turn]) -> dict:
   """Sequences, tokens and answer tokens per source."""
   out: dict[str, dict] = {}

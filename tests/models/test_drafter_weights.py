@@ -55,6 +55,30 @@ def test_refusals_name_the_file_and_the_models(tmp_path):
     dw.load(tmp_path / "x.safetensors", "mtp", cfg, model.embed[...])
 
 
+def test_draft_vocabulary_travels_with_the_weights(tmp_path):
+  """A network trained on a draft vocabulary saves it; the registry's drafter restricts the
+  target's head to it (drafts stay inside); a malformed one is refused by name."""
+  from safetensors.numpy import load_file, save_file
+  cfg, model = _target(0)
+  net = dr.MTPHead(cfg, rngs=nnx.Rngs(1))
+  vocab = np.array([0, 3, 4, 9, 20, 33, 60], np.int32)
+  dw.set_draft_vocab(net, vocab)
+  path = dw.save(tmp_path / "v.safetensors", net, kind="mtp", target_cfg=cfg,
+                 target_embed=model.embed[...], target_name="tiny")
+  np.testing.assert_array_equal(dw.draft_vocab_of(dw.load(path, "mtp", cfg, model.embed[...])),
+                                vocab)
+  d = drafters.create("mtp", {"k": 3, "weights": str(path)}, target=(cfg, model))
+  np.testing.assert_array_equal(np.asarray(d.net.head.vocab), vocab)
+  tensors = load_file(str(path))
+  tensors["draft_vocab"] = vocab[::-1].copy()
+  from safetensors import safe_open
+  with safe_open(str(path), "np") as f:
+    meta = f.metadata()
+  save_file(tensors, str(tmp_path / "bad.safetensors"), metadata=meta)
+  with pytest.raises(dw.DrafterWeightsError, match="draft_vocab tensor is not a sorted set"):
+    dw.load(tmp_path / "bad.safetensors", "mtp", cfg, model.embed[...])
+
+
 @pytest.mark.parametrize("name", ["mtp", "dflash", "dflash2"])
 def test_registry_default_refuses_a_target_without_shipped_weights(name):
   with pytest.raises(dw.DrafterWeightsError, match="SmolLM2-135M-Instruct"):

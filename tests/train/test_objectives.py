@@ -92,6 +92,54 @@ def test_loss_terms_match_fp64(target):
   assert m["weight"].tolist() == [2, 2, 2, 1]  # anchor 10 has 3 targets; 12 is masked
 
 
+def test_restricted_head_and_position_weights_match_fp64(target):
+  """With a draft vocabulary the student and the teacher are distributions over its ids (the
+  teacher renormalized there), tokens outside it get no CE, and draft position i weighs
+  position_weights[i - 1] in both means; the proposal's logits are -inf outside it."""
+  model, full = target
+  vocab = np.sort(np.random.default_rng(7).choice(V, size=30, replace=False))
+  ids = PROMPT + [11, 12, 13, 14, 15]
+  ids[10] = int(vocab[3])  # one answer token inside the vocabulary, others maybe not
+  head = full.restricted(vocab)
+  net, _ = _randomize(dr.MTPHead(CFG, rngs=nnx.Rngs(4)), 5)
+  hidden = _hidden(model, ids)
+  params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
+  anchors, ok = jnp.asarray([6, 9]), jnp.asarray([True, True])
+  n, p_len, pw = len(ids), 10, (1.0, 0.5, 2.0, 3.0)
+  loss, m = objectives.distill_loss("mtp", params, net.cfg, head, model.final_norm[...],
+                                    jnp.asarray(ids), hidden, n, p_len, anchors, ok, k=K,
+                                    ce_weight=0.3, position_weights=pw)
+  student = np.asarray(objectives.mtp_logits(params, net.cfg, head, jnp.asarray(ids), hidden,
+                                             anchors, K), np.float64)
+  assert student.shape[-1] == len(vocab)
+  teacher = np.asarray(model.logits(hidden), np.float64)[:, vocab]
+  kl = ce = wk = wc = 0.0
+  for r, a in enumerate([6, 9]):
+    for i in range(1, K + 1):
+      if a + i >= n:
+        continue
+      lq = student[r, i - 1] - np.logaddexp.reduce(student[r, i - 1])
+      lp = teacher[a + i - 1] - np.logaddexp.reduce(teacher[a + i - 1])
+      kl, wk = kl + pw[i - 1] * np.sum(np.exp(lp) * (lp - lq)), wk + pw[i - 1]
+      if a + i >= p_len and ids[a + i] in vocab:
+        col = int(np.searchsorted(vocab, ids[a + i]))
+        ce, wc = ce + pw[i - 1] * -lq[col], wc + pw[i - 1]
+  assert wc > 0 and any(t not in vocab for t in ids[p_len:])
+  np.testing.assert_allclose(float(loss), kl / wk + 0.3 * ce / wc, rtol=1e-4)
+  # The proposal through a restricted head drafts inside the vocabulary.
+  drafter = dr.MTPDrafter.create(net, head, K)
+  drafts, _, _ = drafter.propose(drafter.init_state(1, 64), _context(model, PROMPT))
+  assert set(np.asarray(drafts[0]).tolist()) <= set(vocab.tolist())
+  lg = np.asarray(head.logits(jnp.ones((2, CFG.dim))))
+  np.testing.assert_array_equal(np.isfinite(lg), np.isin(np.arange(V), vocab)[None].repeat(2, 0))
+  whole = np.asarray(full.logits(jnp.ones((2, CFG.dim))))
+  np.testing.assert_allclose(lg[:, vocab], whole[:, vocab], rtol=1e-6)
+  with pytest.raises(ValueError, match="sorted distinct"):
+    full.restricted(vocab[::-1])
+  with pytest.raises(ValueError, match="already restricted"):
+    head.restricted(vocab)
+
+
 def _eagle3(model, seed=2, vd=40):
   """A random EAGLE-3 head on the tiny target with a draft vocabulary of `vd` ids."""
   from infernix_jax.models.drafters import eagle3 as e3

@@ -139,3 +139,52 @@ def test_eagle3_smoke_run_trains_resumes_and_exports_a_loadable_head(smoke, tmp_
   with pytest.raises(ValueError, match="step_weights"):
     c.step_weights = (1.0,)
     eagle3.train(c)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,vocab", [("train_mtp", 512), ("train_block", 0)])
+def test_distill_smoke_run_trains_resumes_and_exports(smoke, tmp_path, name, vocab):
+  """The MTP / block run on the smoke corpus: finite losses, an evaluation through the
+  engine, a resumed longer run, and an export that the registry loads with the draft
+  vocabulary it was trained on (its drafts stay inside it)."""
+  import importlib
+
+  import jax.numpy as jnp
+
+  from infernix_jax.models.drafters import weights as dw
+  from infernix_jax.runtime import drafters
+  from infernix_jax.train import corpus, loop
+  c_corpus, built = smoke
+  c = importlib.import_module(f"configs.{name}").get_config("smoke")
+  c.corpus = c_corpus
+  c.draft_vocab = vocab
+  c.workdir = str(tmp_path / "run")
+  c.export = str(tmp_path / "out" / "d.safetensors")
+  summary = loop.train(c)
+  losses = [h["loss"] for h in summary["history"]["loss"]]
+  assert losses and all(np.isfinite(losses)) and summary["corpus"]["key"] == built.manifest["key"]
+  (ev,) = summary["history"]["evals"]
+  assert ev["rounds"] > 0 and 1.0 <= ev["accepted_length"] <= c.k + 1
+  c.steps += 2
+  c.eval_every = 0
+  again = loop.train(c)
+  assert again["history"]["segments"] == [{"from_step": c.steps - 2, "to_step": c.steps}]
+  out = Path(c.export)
+  assert json.loads((out.parent / "d.config.json").read_text())["steps"] == c.steps
+  assert dw.summary(out)["steps"] == c.steps
+  target, model_id = corpus.load_target("tiny-random")
+  assert dw.summary(out)["target"] == model_id
+  net = dw.load(out, c.drafter, target.cfg, target.model.embed[...])
+  kept = dw.draft_vocab_of(net)
+  assert (kept is None) if not vocab else (len(kept) == vocab
+                                           and set(target.vocab.eos_ids) <= set(kept.tolist()))
+  d = drafters.create(c.eval_drafter, {"k": 2, "weights": str(out)},
+                      target=(target.cfg, target.model))
+  head = d.net.head
+  assert (head.vocab is None) == (not vocab)
+  if vocab:
+    logits = np.asarray(head.logits(jnp.ones((3, target.cfg.dim), jnp.float32)))
+    assert np.isfinite(logits).sum(-1).tolist() == [vocab] * 3
+  with pytest.raises(ValueError, match="position_weights"):
+    c.position_weights = (1.0,)
+    loop.train(c)

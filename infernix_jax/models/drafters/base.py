@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from infernix_jax.models.transformer import Transformer
 from infernix_jax.pallas import SPARSE_Q_WIDTH, DenseQ, OneHotQ, SparseQ
@@ -50,13 +51,19 @@ class DraftContext:
 class TargetHead:
   """The target's token embedding and LM head, shared (never copied into) drafters.
 
+  A head restricted to a draft vocabulary (`restricted`) scores only those target ids: its
+  proposals cost Vd columns instead of Vm, and every other id gets -inf.
+
   Attributes:
     embed: [Vm, D] input embedding.
-    lm_head: [D, Vm] output projection (the transposed embedding when tied).
+    lm_head: [D, Vm] output projection (the transposed embedding when tied); [D, Vd], the
+      columns of `vocab`, when restricted.
+    vocab: i32[Vd] the sorted target ids a restricted head scores (None: all Vm).
   """
 
   embed: jax.Array
   lm_head: jax.Array
+  vocab: jax.Array | None = None
 
   @classmethod
   def from_model(cls, model: Transformer) -> "TargetHead":
@@ -65,9 +72,42 @@ class TargetHead:
     head = embed.T if model.cfg.tie_embeddings else model.lm_head[...]
     return cls(embed=embed, lm_head=head)
 
-  def logits(self, h: jax.Array) -> jax.Array:
-    """Normed hidden [..., D] -> f32 logits [..., Vm]."""
+  def restricted(self, vocab) -> "TargetHead":
+    """The head over the target ids `vocab` (a sorted int sequence of Vd distinct ids).
+
+    Raises:
+      ValueError: ids unsorted, repeated or outside [0, Vm), or the head already restricted.
+    """
+    ids = np.asarray(vocab)
+    vm = self.embed.shape[0]
+    if self.vocab is not None:
+      raise ValueError("the head is already restricted to a draft vocabulary")
+    if (ids.ndim != 1 or not len(ids) or ids[0] < 0 or ids[-1] >= vm
+        or np.any(np.diff(ids) <= 0)):
+      raise ValueError(f"a draft vocabulary must be sorted distinct target ids in [0, {vm}) "
+                       f"(got {len(ids)} ids)")
+    ids = jnp.asarray(ids, jnp.int32)
+    return TargetHead(embed=self.embed, lm_head=jnp.take(self.lm_head, ids, axis=1), vocab=ids)
+
+  def draft_logits(self, h: jax.Array) -> jax.Array:
+    """Normed hidden [..., D] -> f32 logits over the head's own columns [..., Vd or Vm]."""
     return jnp.einsum("...D,DV->...V", h, self.lm_head, preferred_element_type=jnp.float32)
+
+  def logits(self, h: jax.Array) -> jax.Array:
+    """Normed hidden [..., D] -> f32 logits [..., Vm] (-inf outside a draft vocabulary)."""
+    lg = self.draft_logits(h)
+    if self.vocab is None:
+      return lg
+    full = jnp.full(lg.shape[:-1] + (self.embed.shape[0],), -jnp.inf, jnp.float32)
+    return full.at[..., self.vocab].set(lg)
+
+  def draft_index(self, tokens: jax.Array):
+    """Target ids [...] -> (column in `draft_logits` i32[...], in the head's vocabulary
+    bool[...])."""
+    if self.vocab is None:
+      return tokens, jnp.ones(tokens.shape, bool)
+    col = jnp.clip(jnp.searchsorted(self.vocab, tokens), 0, self.vocab.shape[0] - 1)
+    return col.astype(jnp.int32), self.vocab[col] == tokens
 
 
 class Drafter(Protocol):

@@ -3,8 +3,10 @@
 A file holds the drafter's parameters (float16) and, in its metadata, what they belong to:
 the format tag, the drafter kind (mtp | block), the drafter's layer config, the target's
 identity (file name and dims) and a fingerprint of the target's embedding (two checkpoints
-of one architecture differ there). `load` refuses a file whose kind, dims or fingerprint do
-not match, naming the file and both models, so trained weights never meet the wrong target.
+of one architecture differ there). A network trained on a draft vocabulary (a subset of the
+target's ids its head scores) carries it as the int32 tensor `draft_vocab`. `load` refuses
+a file whose kind, dims or fingerprint do not match, naming the file and both models, so
+trained weights never meet the wrong target.
 
 The weights trained for the embedded SmolLM2-135M-Instruct ship in `trained/` beside this
 module, each with the config that produced it and its training summary.
@@ -59,6 +61,26 @@ def new_network(kind: str, cfg, feature_dim: int, *, rngs):
   return NETWORKS[kind](cfg, feature_dim, rngs)
 
 
+VOCAB_TENSOR = "draft_vocab"
+
+
+def set_draft_vocab(net, vocab) -> None:
+  """Ties a network to a draft vocabulary (sorted target ids; None: the full vocabulary)."""
+  from flax import nnx
+  import jax.numpy as jnp
+  if vocab is None:
+    if hasattr(net, VOCAB_TENSOR):
+      delattr(net, VOCAB_TENSOR)
+    return
+  setattr(net, VOCAB_TENSOR, nnx.Variable(jnp.asarray(np.asarray(vocab), jnp.int32)))
+
+
+def draft_vocab_of(net) -> np.ndarray | None:
+  """The draft vocabulary a network was trained on (i32[Vd]), or None for the full one."""
+  v = getattr(net, VOCAB_TENSOR, None)
+  return None if v is None else np.asarray(v[...], np.int32)
+
+
 def target_fingerprint(embed) -> str:
   """A short fingerprint of a target's embedding [Vm, D] (first 256 rows, 6 digits)."""
   rows = np.asarray(embed[:256], np.float64)
@@ -84,6 +106,9 @@ def save(path, module, *, kind: str, target_cfg, target_embed, target_name: str,
   params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
   flat = {k: np.ascontiguousarray(np.asarray(v, np.float32).astype(np.float16))
           for k, v in flatten_dict(params, sep=".").items()}
+  vocab = draft_vocab_of(module)
+  if vocab is not None:
+    flat[VOCAB_TENSOR] = np.ascontiguousarray(vocab)
   meta = {"format": FORMAT, "kind": kind, "config": json.dumps(dataclasses.asdict(module.cfg)),
           # F, the width of the target features the block drafter reads ([F, D] `fc`)
           "feature_dim": str(module.fc[...].shape[0] if hasattr(module, "fc")
@@ -125,7 +150,8 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
     expected: how to name that target in errors.
 
   Returns:
-    An `MTPHead` or `DFlashNet` holding the weights (in the target's dtype).
+    An `MTPHead` or `DFlashNet` holding the weights (in the target's dtype) and, when it
+    was trained on one, its draft vocabulary (`draft_vocab_of`).
 
   Raises:
     DrafterWeightsError: missing file, another kind, or another target.
@@ -151,13 +177,22 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
   cfg = ModelConfig(**json.loads(meta["config"])).replace(dtype=target_cfg.dtype)
   graphdef, abstract = nnx.split(nnx.eval_shape(
       lambda: new_network(kind, cfg, int(meta["feature_dim"]), rngs=nnx.Rngs(0))))
-  flat = {k: np.asarray(v, np.float32).astype(cfg.jnp_dtype) for k, v in load_file(str(path)).items()}
+  tensors = load_file(str(path))
+  vocab = tensors.pop(VOCAB_TENSOR, None)
+  if vocab is not None and (vocab.ndim != 1 or not len(vocab) or vocab[0] < 0
+                            or vocab[-1] >= target_cfg.vocab_size
+                            or np.any(np.diff(vocab) <= 0)):
+    raise DrafterWeightsError(f"{path}: its {VOCAB_TENSOR} tensor is not a sorted set of "
+                              f"target ids below {target_cfg.vocab_size}")
+  flat = {k: np.asarray(v, np.float32).astype(cfg.jnp_dtype) for k, v in tensors.items()}
   want = flatten_dict(nnx.to_pure_dict(abstract), sep=".")
   if set(flat) != set(want) or any(flat[k].shape != want[k].shape for k in want):
     raise DrafterWeightsError(f"{path}: parameters do not match a {kind} drafter of config "
                               f"{meta['config']}")
   nnx.replace_by_pure_dict(abstract, unflatten_dict(flat, sep="."))
-  return nnx.merge(graphdef, abstract)
+  net = nnx.merge(graphdef, abstract)
+  set_draft_vocab(net, vocab)
+  return net
 
 
 def summary(path) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter, TreeOptions
-from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
+from infernix_jax.runtime.drafters._trained import TrainedOptions, head_for, network, target_of
 
 RANDOM_LAYERS = 1  # depth of an untrained block network (weights="random")
 
@@ -35,10 +35,10 @@ def build_net(options, context, name: str, sparse: bool, temperature: float = 1.
 
   from infernix_jax.models import drafters as md
   _, model = target_of(context, name)
-  head = md.TargetHead.from_model(model)
   net = network(options, context, name, "block", lambda cfg: md.DFlashNet(
       cfg.replace(num_layers=RANDOM_LAYERS), cfg.dim, rngs=nnx.Rngs(options.seed)))
-  return md.DFlashDrafter.create(net, head, options.k, sparse=sparse, temperature=temperature)
+  return md.DFlashDrafter.create(net, head_for(model, net), options.k, sparse=sparse,
+                                 temperature=temperature)
 
 
 def build(options: Options, context) -> Block:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from infernix_jax.runtime.drafters._net import NetDrafter, TreeOptions
-from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
+from infernix_jax.runtime.drafters._trained import TrainedOptions, head_for, network, target_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,13 +28,13 @@ class MTP(NetDrafter):
 
 def build(options: Options, context) -> MTP:
   """An MTP head on the target with the weights `options.weights` names (default: the
-  trained head shipped for the embedded model)."""
+  trained head shipped for the embedded model), scoring the draft vocabulary they were
+  trained on."""
   from flax import nnx
 
   from infernix_jax.models import drafters as md
   _, model = target_of(context, "mtp")
-  head = md.TargetHead.from_model(model)
   net = network(options, context, "mtp", "mtp",
                 lambda cfg: md.MTPHead(cfg, rngs=nnx.Rngs(options.seed)))
-  return MTP(k=options.k, net=md.MTPDrafter.create(net, head, options.k),
+  return MTP(k=options.k, net=md.MTPDrafter.create(net, head_for(model, net), options.k),
              **options.tree_fields())
