@@ -103,8 +103,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     g.temperature = (0.0, 0.7)
   elif variant == "flagship":
     # The full acceptance table: every drafter with a shipped draft model, each axis, each
-    # K, cells sized to +-0.05 on accepted length (or 96 requests). Hours on a CPU: shard it
-    # (--shard or a SLURM array) and merge the shards with experiments.report.
+    # K, cells sized to +-0.05 on accepted length (or 96 requests): 672 cells, 294 that run
+    # (the rest repeat another). Days on a CPU: shard it (--shard=i/25 gives 10-13 running
+    # cells a shard, or a SLURM array of 25) and merge the shards with experiments.report.
     c.publish_dir = "docs/results/acceptance_flagship"
     c.title = "Acceptance under constraints: the full table"
     c.target_width = 0.1
@@ -112,7 +113,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.per_workload = 8
     c.drafter.options = {"k": 4, "tree": False}
     g.drafter = ml_collections.ConfigDict()
-    g.drafter.name = ("none", "ngram", "suffix", "mtp", "dflash", "dflash2")
+    g.drafter.name = ("none", "ngram", "suffix", "mtp", "eagle3", "dflash", "dflash2")
     g.drafter.jump_forward = (False, True)
     g.drafter.options = ml_collections.ConfigDict()
     g.drafter.options.k = (2, 4, 8)

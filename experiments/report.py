@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -90,12 +91,43 @@ def _header(config: dict, run_dirs, records, failures) -> str:
               f"cap, {why['exhausted']} ran out of prompts (widest left "
               f"{max(s['width'] for s in sized):.3g}; each cell's closing line records its "
               "width, requests and batches).", ""]
+  lines += _remaining(config, run_dirs, set(cells))
   if failures:
     lines += ["## Cells not done", "", "| cell | status | error |", "|---|---|---|"]
     lines += [f"| {f['cell']} | {f['status']} | {f['error'][:200].replace('|', '/')} |"
               for f in failures]
     lines.append("")
   return "\n".join(lines)
+
+
+def shard_count(run_dirs) -> int:
+  """n of the `-shard<i>of<n>` run directories merged (1 when none is a shard)."""
+  counts = {int(m.group(1)) for d in run_dirs
+            if (m := re.search(r"-shard\d+of(\d+)$", Path(d).name))}
+  if len(counts) > 1:
+    raise ValueError(f"the run directories are shards of {sorted(counts)} ways of splitting "
+                     "the sweep; merge the shards of one split")
+  return counts.pop() if counts else 1
+
+
+def _remaining(config: dict, run_dirs, done: set) -> list[str]:
+  """Lines listing the shards whose cells are not all done, with the command that runs each
+  (empty when every cell is done)."""
+  all_cells = sweep.cells(ml_collections.ConfigDict(config))
+  if len(done) >= len(all_cells):
+    return []
+  n = shard_count(run_dirs)
+  rows = []
+  for i in range(n):
+    left = [c for c in sweep.shard(all_cells, i, n) if c.id not in done]
+    if left:
+      rows.append(f"| {i}/{n} | {len(left)} | `--shard={i}/{n}` |")
+  return ["## Cells still to run", "",
+          f"{len(all_cells) - len(done)} of {len(all_cells)} cells have not run. Each shard "
+          "below resumes where it stopped when the study's command is run again with its "
+          "`--shard` (the run directories of a shard are found by config and shard); merge "
+          "every shard's directory with `python -m experiments.report DIR ... --publish`.", "",
+          "| shard | cells left | flag |", "|---|---:|---|", *rows, ""]
 
 
 def build(run_dirs, *, out_dir=None, publish_dir: str = "") -> Path:

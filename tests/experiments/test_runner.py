@@ -151,6 +151,11 @@ def test_deterministic_and_shards_merge_to_the_whole(tmp_path):
   whole_table = (whole / "summary.md").read_text().split("| drafter |", 1)[1]
   assert merged.read_text().split("| drafter |", 1)[1] == whole_table
   assert (tmp_path / "merged" / "exactness_tv.png").stat().st_size > 0
+  assert "Cells still to run" not in merged.read_text()
+  # One shard alone: the summary lists the other shard's cells as still to run.
+  part = report.build(shards[:1], out_dir=tmp_path / "part").read_text()
+  assert "2 of 4 cells have not run" in part and "| 1/2 | 2 | `--shard=1/2` |" in part
+  assert "| 0/2 |" not in part
   # Shards of different configs refuse to merge.
   other = _config(rule=("exact",))
   with pytest.raises(ValueError, match="different configs"):
