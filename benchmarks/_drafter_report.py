@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+SHIPPED_DIR = "infernix_jax/models/drafters/trained"
 TRAINED = ("mtp", "dflash", "dflash2", "eagle3")  # learned drafters (their +jump variants too)
 SAMPLED = ("dflash2", "eagle3 sampled")
 
@@ -182,9 +183,9 @@ Accepted length there counts the bonus token, as ours does (tokens per round).
 PUBLISHED = """\
 ## Beside the published figures
 
-These drafters are tiny (one MTP layer; a two-layer block network) and were distilled from a
-135M-parameter target on a few hundred self-generated sequences on a 2-core CPU in well under
-an hour. The published drafters below were trained for days of GPU time on large chat corpora
+These drafters are tiny (one MTP layer, a two-layer block network, a one-layer EAGLE-3 head)
+and were distilled from a 135M-parameter target on 1.3M teacher-scored tokens on a 2-core CPU
+in under an hour each. The published drafters below were trained for days of GPU time on large chat corpora
 for 8B-70B targets, so their figures bound what the mechanisms can reach, not what this
 budget can:
 
@@ -225,21 +226,20 @@ def write_report(results, path: Path, published: str = "") -> None:
     if not s:
       lines.append(f"| {kind} | missing | | | |")
       continue
-    if kind == "eagle3":
-      fe = s.get("final_eval") or {}
-      lines.append(f"| eagle3 | `infernix_jax/models/drafters/trained/smollm2-135m-instruct."
-                   f"eagle3/` ({s['megabytes']} MB, draft vocabulary {s['draft_vocab']}) | "
-                   f"{s['steps']} steps, {s.get('seconds_total', s['seconds']) / 60:.0f} min on "
-                   f"{s['device']} | {s['corpus']['sequences']} sequences, "
-                   f"{s['corpus']['tokens']:,} "
-                   f"teacher-scored tokens | {_fmt(fe.get('accepted_length'))} |")
-      continue
     fe = s.get("final_eval") or {}
-    lines.append(f"| {kind} | `infernix_jax/models/drafters/trained/"
-                 f"smollm2-135m-instruct.{kind}.safetensors` | {s['steps']} steps, "
-                 f"{s['seconds'] / 60:.0f} min on {s['device']} | {s['corpus']['sequences']} "
-                 f"sequences, {s['corpus']['continuation_tokens']} generated tokens | "
-                 f"{_fmt(fe.get('accepted_length'))} |")
+    file = (f"`{SHIPPED_DIR}/smollm2-135m-instruct.eagle3/` ({s['megabytes']} MB" if
+            kind == "eagle3" else f"`{SHIPPED_DIR}/smollm2-135m-instruct.{kind}.safetensors` "
+            f"({s.get('megabytes', '?')} MB")
+    corpus = s["corpus"]
+    lines.append(f"| {kind} | {file}, draft vocabulary {s.get('draft_vocab', 'full')}) | "
+                 f"{s['steps']} steps, {s.get('seconds_total', s['seconds']) / 60:.0f} min on "
+                 f"{s['device']}" + (f", position weights {s['position_weights']}"
+                                     if s.get("position_weights") else "") + " | "
+                 + (f"{corpus['sequences']} sequences, {corpus['tokens']:,} teacher-scored "
+                    "tokens" if "tokens" in corpus else
+                    f"{corpus['sequences']} sequences, {corpus.get('continuation_tokens')} "
+                    "generated tokens")
+                 + f" | {_fmt(fe.get('accepted_length'))} |")
   for t in sorted({r["temperature"] for r in rows}):
     for constrained in (True, False):
       lines += ["", f"## Accepted length, T={t:g}, "
@@ -275,15 +275,20 @@ def write_report(results, path: Path, published: str = "") -> None:
           f"{_fmt(f and base.get(False) and f['tokens_per_second'] / base[False])} |")
   costs = results.get("costs") or {}
   if costs:
-    share = lambda kind: costs["head_one_row_ms"] * (4 if kind == "mtp" else 1) / costs[  # noqa: E731
-        f"{kind}_propose_ms"]
+    share = lambda kind: costs["head_one_row_ms"] * (4 if kind == "mtp" else 1) / costs.get(  # noqa: E731
+        f"{kind}_propose_ms_full", costs[f"{kind}_propose_ms"])
     vd = sorted(int(k.rsplit("vd", 1)[1]) for k in costs if k.startswith("eagle3_propose"))
+    vd_of = {k: (meta["shipped"].get(k) or {}).get("draft_vocab") or "all its"
+             for k in ("mtp", "block")}
     lines += ["", "## What drafting costs (batch 1, K=4)", "",
               f"One proposal takes {costs['mtp_propose_ms']:.2f} ms (MTP: four chained steps "
-              f"over the target's full-vocabulary head) and {costs['block_propose_ms']:.2f} ms "
-              f"(block: one call), beside {costs['verify_ms']:.2f} ms for the target's verify "
-              f"of 5 positions. The full-vocabulary head costs {costs['head_one_row_ms']:.2f} "
-              f"ms per row, about {100 * share('mtp'):.0f}% of an MTP proposal. An EAGLE-3 "
+              f"over the target's head restricted to its {vd_of['mtp']} draft ids; "
+              f"{_fmt(costs.get('mtp_propose_ms_full'))} ms over all of it) and "
+              f"{costs['block_propose_ms']:.2f} ms (block: one call over {vd_of['block']} ids; "
+              f"{_fmt(costs.get('block_propose_ms_full'))} ms over all), beside "
+              f"{costs['verify_ms']:.2f} ms for the target's verify of 5 positions. The "
+              f"full-vocabulary head costs {costs['head_one_row_ms']:.2f} ms per row, about "
+              f"{100 * share('mtp'):.0f}% of a full-vocabulary MTP proposal. An EAGLE-3 "
               f"proposal (four chained steps over its own head) by draft vocabulary:", "",
               "| draft vocabulary | " + " | ".join(str(v) for v in vd) + " |",
               "|---|" + "---:|" * len(vd),

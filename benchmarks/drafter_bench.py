@@ -127,8 +127,9 @@ def make_engine(target, label, k, *, lanes, masked_q=True):
 
 
 def drafting_costs(target, k: int, repeats: int = 20) -> dict:
-  """Milliseconds of one proposal of each trained network at batch 1 and of its K head
-  products alone (the shared target head, [1, D] x [D, Vm]), beside one target verify of
+  """Milliseconds of one proposal of each trained network at batch 1 (as shipped, over its
+  draft vocabulary, and over the full one) and of its K head products alone (the shared
+  target head, [1, D] x [D, Vm]), beside one target verify of
   K + 1 positions: how much of drafting the full-vocabulary head costs on this machine; and
   of an EAGLE-3 proposal at each draft vocabulary of DRAFT_VOCABS and the full one (untrained
   heads: the cost does not depend on the weights)."""
@@ -141,6 +142,7 @@ def drafting_costs(target, k: int, repeats: int = 20) -> dict:
   from infernix_jax.models import drafters as md
   from infernix_jax.models.drafters import weights as dw
   from infernix_jax.models.kv_cache import KVCache
+  from infernix_jax.runtime.drafters._trained import head_for
   cfg, model = target[0].cfg, target[0].model
   head = md.TargetHead.from_model(model)
   out = {}
@@ -150,13 +152,15 @@ def drafting_costs(target, k: int, repeats: int = 20) -> dict:
   drafter_of = {"mtp": md.MTPDrafter, "block": md.DFlashDrafter}  # network kind -> drafter
   for kind in dw.KINDS:
     net = dw.load(dw.shipped_path(kind), kind, cfg, model.embed[...])
-    d = drafter_of[kind].create(net, head, k)
-    state = d.init_state(1, 512)
+    # As shipped (over the draft vocabulary it was trained on, if any) and over all of Vm.
+    for suffix, over in (("", head_for(model, net)), ("_full", head)):
+      d = drafter_of[kind].create(net, over, k)
+      state = d.init_state(1, 512)
 
-    def propose(d=d, state=state):
-      ids, _, _ = d.propose(jax.tree.map(jnp.copy, state), ctx)
-      ids.block_until_ready()
-    out[f"{kind}_propose_ms"] = round(median_ms(propose, repeats), 3)
+      def propose(d=d, state=state):
+        ids, _, _ = d.propose(jax.tree.map(jnp.copy, state), ctx)
+        ids.block_until_ready()
+      out[f"{kind}_propose_ms{suffix}"] = round(median_ms(propose, repeats), 3)
   from infernix_jax.models.drafters import eagle3 as e3
   feats = md.DraftContext(tokens=ctx.tokens, counts=ctx.counts,
                           hidden=jnp.ones((1, 1, 3 * cfg.dim), jnp.float32))
@@ -270,8 +274,9 @@ def main(argv=None) -> int:
           "model": model_id, "prompts": [p.name for p in items], "max_tokens": args.max_tokens,
           "lanes": args.lanes, "sparse_temperature": SPARSE_TEMPERATURE,
           "seconds": round(time.perf_counter() - start),
-          "shipped": {kind: dw.summary(dw.shipped_path(kind)) if dw.shipped_path(kind).exists()
-                      else None for kind in dw.KINDS}}
+          "shipped": {kind: dw.summary(dw.shipped_path(kind)) | {
+              "megabytes": round(dw.shipped_path(kind).stat().st_size / 1e6, 1)}
+                      if dw.shipped_path(kind).exists() else None for kind in dw.KINDS}}
   head = eagle3_drafter.shipped_dir()
   if (head / "training_log.json").exists():
     log = json.loads((head / "training_log.json").read_text())

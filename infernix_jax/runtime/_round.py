@@ -621,6 +621,12 @@ class StagesIO:
     return cache, drafter.clear(state, rows)
 
 
+def _host_call(fn, shapes, *args, **kwargs):
+  """`io_callback(fn, shapes, *args)` with `fn` seeing numpy arrays: io_callback hands the
+  host JAX arrays, and host code indexing those compiles small programs on first use."""
+  return io_callback(lambda *a: fn(*jax.tree.map(np.asarray, a)), shapes, *args, **kwargs)
+
+
 class CallbackIO:
   """Traces the round: host steps through `io_callback`, device steps inline."""
 
@@ -642,20 +648,20 @@ class CallbackIO:
     if drafter.on_device:
       return propose_step(drafter, params, state, inp)
     if drafter.tree:
-      drafts, n, parents = io_callback(self.steps.propose, self.shapes["propose_tree"], inp,
+      drafts, n, parents = _host_call(self.steps.propose, self.shapes["propose_tree"], inp,
                                        ordered=True)
       return Proposal(drafts, n, OneHotQ(), parents), state
-    drafts, n = io_callback(self.steps.propose, self.shapes["propose"], inp, ordered=True)
+    drafts, n = _host_call(self.steps.propose, self.shapes["propose"], inp, ordered=True)
     return Proposal(drafts, n, OneHotQ()), state
 
   def advance(self, drafter, params, state, tokens, counts, hidden):
     if drafter.on_device:
       return advance_step(drafter, params, state, tokens, counts, hidden)
-    io_callback(self.steps.advance, self.shapes["advance"], tokens, counts, ordered=True)
+    _host_call(self.steps.advance, self.shapes["advance"], tokens, counts, ordered=True)
     return state
 
   def host(self, name, *args):
-    return io_callback(getattr(self.steps, name), self.shapes[name], *args)
+    return _host_call(getattr(self.steps, name), self.shapes[name], *args)
 
   def device(self, fn, *args, **static):
     return fn(*args, **static)
@@ -664,7 +670,7 @@ class CallbackIO:
     shapes = self.shapes["masks"]
 
     def fill(drafts, n):
-      return io_callback(self.steps.masks, shapes, drafts, n)
+      return _host_call(self.steps.masks, shapes, drafts, n)
 
     def skip(drafts, n):  # nothing crosses when no lane is constrained
       return (jnp.zeros(shapes[0].shape, jnp.int32),
@@ -694,8 +700,8 @@ class CallbackIO:
     shapes = self.shapes["tree_masks"]
 
     def fill(drafts, parents, n):
-      return io_callback(functools.partial(self.steps.tree_masks, prune=masked_q,
-                                           budget=budget), shapes, drafts, parents, n)
+      return _host_call(functools.partial(self.steps.tree_masks, prune=masked_q,
+                                          budget=budget), shapes, drafts, parents, n)
 
     def skip(drafts, parents, n):
       cut = _tree.truncate(Proposal(drafts, n, None, parents), budget)
@@ -715,7 +721,7 @@ class CallbackIO:
 
   def clear(self, rows, drafter, cache, state):
     if not drafter.on_device:
-      io_callback(self.steps.clear, self.shapes["advance"], rows, ordered=True)
+      _host_call(self.steps.clear, self.shapes["advance"], rows, ordered=True)
     return jax.lax.cond(rows.any(), lambda c, d: clear_step(drafter, c, d, rows),
                         lambda c, d: (c, d), cache, state)
 

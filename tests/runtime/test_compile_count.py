@@ -50,8 +50,11 @@ def _requests() -> list[GenerationRequest]:
           for p in PROMPTS for c, m in SETTINGS]
 
 
-@pytest.mark.parametrize("name,k", [("ngram", 1), ("dflash2", 2)])  # host and device drafter
-def test_warmup_leaves_nothing_to_compile(name, k, monkeypatch):
+# a host and a device drafter on the stages bridge; a host drafter inside the callback
+# bridge's compiled loop (its callbacks hand the drafter numpy arrays, never JAX ones)
+@pytest.mark.parametrize("name,k,bridge", [("ngram", 1, "stages"), ("dflash2", 2, "stages"),
+                                           ("ngram", 1, "callback")])
+def test_warmup_leaves_nothing_to_compile(name, k, bridge, monkeypatch):
   """After `warmup()` requests of every prompt bucket, constrained and free, under min_tokens,
   compile nothing (host drafter: verify widths 0 .. K; device drafter: its propose, extend
   and Finish over its own q), over two attention spans; the tokens are those of an engine
@@ -61,10 +64,11 @@ def test_warmup_leaves_nothing_to_compile(name, k, monkeypatch):
   options = {"k": k, "n": 2, "weights": "random"}
   drafter = drafters.create(name, {o: v for o, v in options.items() if o in drafters.fields(name)},
                             target=(cfg, model), jump_forward=True)
-  eng = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32)
+  eng = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32, bridge=bridge)
   rounds = []
-  real = _warmup.warm_rounds
-  monkeypatch.setattr(_warmup, "warm_rounds", lambda *a, **k: rounds.append(1) or real(*a, **k))
+  warm_fn = "warm_rounds" if bridge == "stages" else "warm_callback"
+  real = getattr(_warmup, warm_fn)
+  monkeypatch.setattr(_warmup, warm_fn, lambda *a, **k: rounds.append(1) or real(*a, **k))
   lengths = [len(r.prompt_ids) for r in _requests()]
   with compile_count.counting() as warm:
     eng.warmup(prompt_lengths=lengths)
@@ -78,7 +82,8 @@ def test_warmup_leaves_nothing_to_compile(name, k, monkeypatch):
     results = eng.generate(_requests())
   assert timed.compiles == 0, timed.names
   assert not [r.error for r in results if r.error]
-  cold = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32).generate(_requests())
+  cold = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32,
+                bridge=bridge).generate(_requests())
   assert [r.token_ids for r in results] == [r.token_ids for r in cold]
   eng.submit(GenerationRequest(PROMPTS[0], max_tokens=2))
   with pytest.raises(RuntimeError, match="idle engine"):
