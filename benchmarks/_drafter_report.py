@@ -121,8 +121,9 @@ def _reading(results) -> list[str]:
                f"{', '.join(f'{x:.2f}' for x in mtp['per_position'])}.")
   if blk:
     later = blk["per_position"][1:]
-    tail = (f"but hardly the later ones ({', '.join(f'{x:.2f}' for x in later)}): drafting "
-            f"several tokens ahead from mask embeddings needs far more than this corpus"
+    tail = (f"but hardly the later ones ({', '.join(f'{x:.2f}' for x in later)}): its later "
+            f"positions draft from mask embeddings with no token of their own, and neither "
+            f"position-weighted losses nor this corpus made them pay"
             if later and max(later) < 0.1 else
             f"then {', '.join(f'{x:.2f}' for x in later)}")
     out.append(f"The block drafter's first draft is accepted "
