@@ -3,7 +3,8 @@
 
 One entry per study config variant that publishes (a non-empty `publish_dir`), in config file
 order: its question (the config's `question`), its headline figure with interval (the
-study's `headline(records, config)` over the committed run directory), its plots inline, its
+study's `headline(records, config)` over the committed run directory `run/`, or over its
+shard directories `run/<shard>/` merged), its plots inline, its
 config and command, and the date and revision of the published run. Variants whose reports
 are not published yet are listed apart, and so are the benchmark reports beside them.
 """
@@ -55,19 +56,28 @@ def _published_on(root: Path, summary: Path) -> str:
   return out or "uncommitted"
 
 
-def _headline(run_dir: Path, config_dict: dict) -> str:
-  """The study's headline figure over the committed run directory ("" where the study has no
-  headline or the run directory is absent)."""
+def _run_dirs(run: Path) -> list[Path]:
+  """The committed run directories of a study: `run/` itself, or, for a sharded sweep, its
+  shard directories `run/<shard>/` (merged as `experiments.report` merges them)."""
+  if (run / "config.json").exists():
+    return [run]
+  return sorted(d for d in run.glob("*/") if (d / "config.json").exists()) if run.is_dir() \
+      else []
+
+
+def _headline(run_dirs: list[Path], config_dict: dict) -> str:
+  """The study's headline figure over the committed run directories ("" where the study has
+  no headline or no run directory is committed)."""
   import ml_collections
 
   from experiments import report, studies
 
-  if not (run_dir / "config.json").exists():
+  if not run_dirs:
     return ""
   study = studies.get(config_dict["study"])
   if not hasattr(study, "headline"):
     return ""
-  _, records, _ = report.merge([run_dir])
+  _, records, _ = report.merge(run_dirs)
   return study.headline(records, ml_collections.ConfigDict(config_dict)) or ""
 
 
@@ -100,24 +110,30 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
   lines = ["# Results", "",
            "Written by `python -m experiments.report --index` from the study configs and the "
            "reports they published; rerun it after publishing. Each headline figure is "
-           "computed from the committed run directory (`run/`) with its 95% bootstrap "
+           "computed from the committed run directory (`run/`, or its shard directories "
+           "merged) with its 95% bootstrap "
            "interval; the study's summary states the unit of resampling.", ""]
   for config, arg, folder, command, summary in published:
-    run_dir = root / folder / "run"
-    env_file = run_dir / "environment.json"
-    env = json.loads(env_file.read_text()) if env_file.exists() else {}
-    git = env.get("git", {})
-    revision = (git.get("revision") or "unknown")[:10] + (" (dirty)" if git.get("dirty") else "")
-    config_file = run_dir / "config.json"
-    headline = _headline(run_dir, json.loads(config_file.read_text())) \
-        if config_file.exists() else ""
+    run_dirs = _run_dirs(root / folder / "run")
+    revisions = []
+    for run_dir in run_dirs:
+      env_file = run_dir / "environment.json"
+      git = json.loads(env_file.read_text()).get("git", {}) if env_file.exists() else {}
+      revision = ((git.get("revision") or "unknown")[:10]
+                  + (" (dirty)" if git.get("dirty") else ""))
+      revisions += [revision] if revision not in revisions else []
+    revision = ", ".join(revisions) or "unknown"
+    headline = (_headline(run_dirs, json.loads((run_dirs[0] / "config.json").read_text()))
+                if run_dirs else "")
     lines += [f"## {config.get('title') or config.study}", "",
               f"**Question.** {_question(config)}", ""]
     if headline:
       lines += [f"**Headline.** {headline}", ""]
     lines += [f"Report: [{rel(summary)}]({rel(summary)}) · config `{arg}` · "
               f"`{command}` · published {_published_on(root, summary)} at git {revision}"
-              + ("" if run_dir.exists() else " · run directory not committed"), ""]
+              + ("" if run_dirs else " · run directory not committed")
+              + (f" · {len(run_dirs)} shard directories merged" if len(run_dirs) > 1 else ""),
+              ""]
     pages = sorted((summary.parent / "traces").glob("*.html"))  # NNN-<cell>.html
     if pages:
       cells: dict[str, list[Path]] = {}

@@ -55,6 +55,16 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   assert ("Per-token trace pages, by cell: ngram K 4: [1](exactness/traces/000-ngram-K-4.html) "
           "· [2](exactness/traces/001-ngram-K-4.html); jump K 4: "
           "[1](exactness/traces/002-jump-K-4.html)") in page
+  # A sharded sweep commits one directory per shard under run/: the index merges them.
+  run = tmp_path / "docs/results/exactness/run"
+  shutil.move(run, tmp_path / "shard0")
+  run.mkdir()
+  shutil.move(tmp_path / "shard0", run / "shard0of2")
+  shutil.copytree(run / "shard0of2", run / "shard1of2")
+  sharded = index.build(root=tmp_path).read_text()
+  assert "2 shard directories merged" in sharded and "run directory not committed" not in sharded
+  assert (page.split("**Headline.** ")[1].split("\n")[0]
+          == sharded.split("**Headline.** ")[1].split("\n")[0])
 
 
 def test_every_published_study_has_a_headline_from_its_run(tmp_path):
