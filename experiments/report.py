@@ -86,8 +86,10 @@ def _header(config: dict, run_dirs, records, failures) -> str:
   if sized:  # cells sized by a target interval width
     why = collections.Counter(s["stopped"] for s in sized)
     lines += [f"Cell sizes: grown in batches until the 95% interval of the study's target "
-              f"figure was {sized[0]['target_width']:g} wide or at most {config.get('max_units')}"
-              f" requests ran: {why['reached']} cells reached the width, {why['cap']} hit the "
+              f"figure was {sized[0]['target_width']:g} wide or {config.get('max_units')} "
+              f"requests had run (the batch that reaches the cap runs whole: "
+              f"{min(s['units'] for s in sized)}-{max(s['units'] for s in sized)} requests a "
+              f"cell here): {why['reached']} cells reached the width, {why['cap']} hit the "
               f"cap, {why['exhausted']} ran out of prompts (widest left "
               f"{max(s['width'] for s in sized):.3g}; each cell's closing line records its "
               "width, requests and batches).", ""]

@@ -311,6 +311,47 @@ def _effects(cells, ov, by_cell) -> list:
   return rows
 
 
+LEARNED = ("mtp", "eagle3", "dflash", "dflash2", "draft")  # drafters with trained networks
+
+
+def _reading(cells, ov, by_cell, effects) -> list[str]:
+  """A few sentences computed from the cells: what the table shows, with intervals, and what
+  it does not."""
+  ran = [c for c in cells if by_cell.get(c)]
+  if not ran:
+    return []
+
+  def best(pick):
+    chosen = [c for c in ran if pick(ov[c])]
+    if not chosen:
+      return None
+    top = max(chosen, key=lambda c: accepted_length(by_cell[c]))
+    return f"{label(ov[top])} {stats.fmt(_accepted_interval(by_cell[top]))}"
+
+  said = []
+  for what, pick in (
+      ("Longest accepted length", lambda o: True),
+      ("under the constraint at T=0", lambda o: o.get("constrained", True)
+       and float(o.get("temperature", 0)) == 0),
+      ("of a learned drafter under the constraint", lambda o: o.get("constrained", True)
+       and o.get("drafter.name") in LEARNED),
+      ("of a drafter without a network under the constraint", lambda o: o.get(
+          "constrained", True) and o.get("drafter.name", "none") not in LEARNED + ("none",))):
+    found = best(pick)
+    if found:
+      said.append(f"{what}: {found}")
+  out = ["### What it shows", "",
+         "; ".join(said) + " tokens per round (95% intervals over prompts)."]
+  for name, pairs, _, _, pooled, _ in effects:
+    out[-1] += (f" {name[:1].upper()}{name[1:]}: accepted length on / off {pooled} over "
+                f"{pairs} pairs of cells.")
+  out += ["", "What it does not show: speed where users run (tokens/s are one CPU run per "
+          "cell with no interval; the projection above is a model), other targets than the "
+          "embedded 135M one, or workloads beyond these three; cells not run yet are missing "
+          "from every figure (the list of shards left, where there is one, is above).", ""]
+  return out
+
+
 def _position_counts(r: dict, k_max: int) -> tuple[np.ndarray, np.ndarray]:
   """(accepted, drafted) [k_max] of one request: rounds whose i-th draft was accepted, and
   rounds that drafted at least i + 1 tokens."""
@@ -516,11 +557,12 @@ def summarize(records, c, out: Path) -> str:
               "interval carries the accepted length's; the model, not a measurement "
               "(`experiments/runner/projection.py` states its assumptions; "
               "`benchmarks/projection_check.py` compares its step times with measured ones, "
-              "`docs/results/projection_check.md` on this CPU; `scripts/gpu_check.sh` runs "
-              "it on a GPU, none lent yet).", "",
+              "`docs/results/projection_check.md` on this CPU and "
+              "`docs/results/projection_check_h200.md` on an H200).", "",
               plots.table(["cell", *[f"{hw.name} {shape.name}" for hw, shape
                                      in projection.columns()]], projected), ""]
   effects = _effects(cells, ov, by_cell)
+  parts += _reading(cells, ov, by_cell, effects)
   if effects:
     parts += ["### Effect of one axis", "",
               "Pairs of cells that differ in that axis only: accepted length with it on / "

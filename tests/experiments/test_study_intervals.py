@@ -83,6 +83,13 @@ def test_decode_summary_gives_accepted_length_and_positions_intervals(tmp_path):
   proj = _row(text.split("### Speedup projected")[1], "| ngram constrained |")
   h200_8b = _bracketed(proj[3])
   assert h200_8b[0] == pytest.approx(point, rel=0.02) and h200_8b[1] <= h200_8b[0] <= h200_8b[2]
+  # The reading names the best constrained cell and the constraint's paired effect, with the
+  # intervals of the table and of the effect row.
+  reading = text.split("### What it shows")[1].split("###")[0]
+  assert f"under the constraint at T=0: ngram constrained {cols[2]}" in reading
+  effect = _row(text.split("### Effect of one axis")[1], "| constraint on vs off |")
+  assert f"Constraint on vs off: accepted length on / off {effect[4]} over 1 pairs" in reading
+  assert "What it does not show" in reading
 
 
 def test_decode_axis_effect_pairs_the_same_prompt():
