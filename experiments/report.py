@@ -127,8 +127,10 @@ def _remaining(config: dict, run_dirs, done: set) -> list[str]:
   return ["## Cells still to run", "",
           f"{len(all_cells) - len(done)} of {len(all_cells)} cells have not run. Each shard "
           "below resumes where it stopped when the study's command is run again with its "
-          "`--shard` (the run directories of a shard are found by config and shard); merge "
-          "every shard's directory with `python -m experiments.report DIR ... --publish`.", "",
+          "`--shard` (the run directories of a shard are found by config and shard under "
+          "`--results_dir`: copy committed shard directories to `results/<study>/` first); "
+          "merge every shard's directory with `python -m experiments.report DIR ... "
+          "--publish`.", "",
           "| shard | cells left | flag |", "|---|---:|---|", *rows, ""]
 
 
