@@ -18,10 +18,35 @@
 
 import importlib.util
 import os
+import shutil
+import tempfile
 
 import pytest
 
-os.environ.setdefault("INFERNIX_JAX_COMPILE_CACHE", "")
+_CACHE_ENV = "INFERNIX_JAX_COMPILE_CACHE"
+# The session's own compilation cache: made by the first process (the xdist controller, or
+# the only process), inherited by the workers through the environment, removed at the end.
+_OWN_CACHE = None
+if _CACHE_ENV not in os.environ:
+  _OWN_CACHE = tempfile.mkdtemp(prefix="infernix-jax-test-xla-")
+  os.environ[_CACHE_ENV] = _OWN_CACHE
+
+
+def pytest_configure(config):
+  del config
+  from infernix_jax.runtime import compile_cache
+
+  if compile_cache.enable() is not None:
+    import jax
+
+    # A size limit turns on JAX's file lock: the workers read and write one directory.
+    jax.config.update("jax_compilation_cache_max_size", 64 << 30)
+
+
+def pytest_unconfigure(config):
+  del config
+  if _OWN_CACHE is not None:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 # Tests marked slow here rather than in their files: a path (every test of the file) or
 # path::function (every parametrization), relative to tests/, with why. Besides these: any test

@@ -74,6 +74,41 @@ def bootstrap(units: Sequence, statistic: Callable[[list], float], *, seed: int 
                    resamples, level)
 
 
+def bootstrap_ratio(numerators: Sequence[float], denominators: Sequence[float], *,
+                    seed: int = 0, resamples: int = RESAMPLES,
+                    level: float = LEVEL) -> tuple[float, float, float]:
+  """`bootstrap` of a ratio of sums, sum(numerator) / sum(denominator), given each unit's two
+  sums [n]: the same draws as `bootstrap` with the same seed (so the same interval), each
+  resample weighted by how often it drew every unit, all resamples in one [R, n] x [n]
+  product instead of a Python statistic per resample. A resample whose denominator sums to 0
+  is NaN (left out of the quantiles).
+
+  Raises:
+    ValueError: no units, numerators and denominators of different lengths, or a level
+      outside (0, 1).
+  """
+  _check(level)
+  num = np.asarray(numerators, float)
+  den = np.asarray(denominators, float)
+  if num.shape != den.shape or num.ndim != 1:
+    raise ValueError(f"bootstrap_ratio: numerators {num.shape} and denominators {den.shape} "
+                     "must be one value per unit each")
+  n = len(num)
+  if not n:
+    raise ValueError("bootstrap_ratio: no units to resample")
+  with np.errstate(invalid="ignore", divide="ignore"):
+    point = float(num.sum() / den.sum()) if den.sum() else float("nan")
+    if n == 1:
+      return point, float("nan"), float("nan")
+    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    flat = (rows + n * np.arange(resamples)[:, None]).ravel()
+    weights = np.bincount(flat, minlength=resamples * n).reshape(resamples, n).astype(float)
+    totals = weights @ den
+    values = np.where(totals != 0, (weights @ num) / totals, np.nan)
+  low, high = _quantiles(values, level)
+  return point, float(low), float(high)
+
+
 def paired_ratio(pairs: Sequence[tuple], statistic: Callable[[list], float], *, seed: int = 0,
                  resamples: int = RESAMPLES, level: float = LEVEL) -> tuple[float, float, float]:
   """The ratio statistic(on) / statistic(off) with a paired bootstrap interval: `pairs` holds

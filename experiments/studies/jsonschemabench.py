@@ -77,26 +77,11 @@ def skip(c) -> str | None:
 # --- figures ---------------------------------------------------------------------------------
 
 
-def _share(key: str, total: str):
-  """Statistic: sum(key) / sum(total) over schema records (NaN without any)."""
-  def value(rows):
-    n = sum(r[total] for r in rows)
-    return sum(r[key] for r in rows) / n if n else math.nan
-  return value
-
-
-def _covered(rows) -> float:
-  return float(np.mean([r["covered"] for r in rows])) if rows else math.nan
-
-
-def _all_agree(rows) -> float:
-  """Schema-level compliance: share of covered schemas with instances whose every instance
-  gets the right verdict (the paper's compliance is per schema too)."""
-  judged = [r for r in rows if r["covered"] and r["valid"] + r["invalid"]]
-  if not judged:
-    return math.nan
-  return float(np.mean([r["valid_accepted"] == r["valid"]
-                        and r["invalid_rejected"] == r["invalid"] for r in judged]))
+def _agrees(row) -> float:
+  """1.0 where every instance of a schema got the right verdict (the paper's compliance is
+  per schema), else 0.0."""
+  return float(row["valid_accepted"] == row["valid"]
+               and row["invalid_rejected"] == row["invalid"])
 
 
 def coverage_rows(records) -> dict:
@@ -122,13 +107,13 @@ def coverage_figures(rows) -> dict:
   out = {"schemas": len(rows), "coverage": stats.bootstrap_counts(
       [sum(r["covered"] for r in rows), sum(not r["covered"] for r in rows)],
       lambda k: k[0] / k.sum()) if rows else NAN3}
-  for name, stat, need in (("valid_accepted", _share("valid_accepted", "valid"), "valid"),
-                           ("invalid_rejected", _share("invalid_rejected", "invalid"),
-                            "invalid")):
+  for name, need in (("valid_accepted", "valid"), ("invalid_rejected", "invalid")):
     units = [r for r in covered if r[need]]
-    out[name] = stats.bootstrap(units, stat) if units else NAN3
+    out[name] = (stats.bootstrap_ratio([r[name] for r in units], [r[need] for r in units])
+                 if units else NAN3)
   judged = [r for r in covered if r["valid"] + r["invalid"]]
-  out["compliance"] = stats.bootstrap(judged, _all_agree) if judged else NAN3
+  out["compliance"] = (stats.bootstrap_ratio([_agrees(r) for r in judged], [1.0] * len(judged))
+                       if judged else NAN3)
   out["instances"] = sum(r["valid"] + r["invalid"] for r in covered)
   for key in ("narrowed", "known_gap", "budget", "replay_failures"):
     out[key] = sum(r[key] for r in covered)
