@@ -1,7 +1,9 @@
 """Suite-wide settings and the shared SmolLM2 fixtures.
 
-- The CLI's persistent compilation cache stays off inside tests (each test process compiles
-  for itself; nothing is written under the user's home).
+- One persistent compilation cache per test session, in a temporary directory (never the
+  user's home): an engine, a model step or a CLI subprocess that another test or worker has
+  already compiled loads it instead. Workers share it under JAX's file lock (a size limit
+  turns the lock on; `filelock` is a test dependency for that).
 - Compiled programs are released after a test once the process holds many memory maps
   (`compile_cache.release_if_crowded`, checked after every test: one module such as the
   exactness matrix compiles enough to pass the limit by itself): the whole suite in one
