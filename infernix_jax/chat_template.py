@@ -76,9 +76,9 @@ class ChatTemplate:
     Raises:
       ValueError: the file's metadata has no chat template (the message names the file).
     """
-    import gguf  # local: only this constructor needs the reader
+    from infernix_jax import gguf_reader  # local: only this constructor needs the reader
 
-    source, special = template_of_gguf(gguf.GGUFReader(str(path)).fields)
+    source, special = template_of_gguf(gguf_reader.open_reader(path).fields)
     if not source:
       raise ValueError(f"{path} has no chat template (no tokenizer.chat_template in its GGUF "
                        "metadata)")

@@ -39,13 +39,14 @@ def run_cell(c, ctx) -> Iterator[dict]:
   from infernix_jax.runtime import GenerationRequest, compile_count
   from infernix_jax.cli.generate import frame_prompt
 
+  # The items first: a data set that is absent is reported before an engine is built.
+  items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
+                                template=c.template, constrained=True), c)
   with compile_count.counting() as warm:
     target = _target(c, ctx)
     eng = ctx.get("engine", (c.model, c.lanes, c.capacity),
                   lambda: _engine(c, target, laws=True))
   tok = target[0].tokenizer
-  items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,
-                                template=c.template, constrained=True), c)
   labels = items[0].constraint[1]
   for n, item in enumerate(items):
     ids = list(tok.encode(frame_prompt(tok, item.prompt)))

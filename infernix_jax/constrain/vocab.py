@@ -306,9 +306,9 @@ class Vocabulary:
       eos_ids: explicit EOS ids (overrides the metadata).
       padded_size: model logits width; defaults to V.
     """
-    import gguf  # local: only this constructor needs the reader
+    from infernix_jax import gguf_reader  # local: only this constructor needs the reader
 
-    reader = gguf.GGUFReader(str(path))
+    reader = gguf_reader.open_reader(path)
     fields = reader.fields
 
     def scalar(key: str) -> Any:

@@ -9,6 +9,7 @@ import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
+from infernix_jax import gguf_reader
 from infernix_jax.models.config import ModelConfig
 
 # GGUF tensor name (inside blk.{i}.) -> (our name, transpose to [in, out]).
@@ -107,8 +108,6 @@ def gguf_to_arrays(reader: GGUFReader, cfg: ModelConfig) -> dict[str, np.ndarray
 
 
 def open_gguf(path: Path) -> GGUFReader:
-  """A memory-mapped reader, with a clear error for a missing or non-GGUF file."""
-  path = Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"GGUF file {path} does not exist")
-  return GGUFReader(str(path))
+  """The file's memory-mapped reader (parsed once per file version, `gguf_reader`), with a
+  clear error for a missing file."""
+  return gguf_reader.open_reader(path)

@@ -11,6 +11,7 @@ import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
 from infernix_jax import chat_template as _chat_template
+from infernix_jax import gguf_reader
 
 # llama.cpp pre-tokenizer regexes (the `tokenizer.ggml.pre` key) that differ from GPT-2.
 _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
@@ -69,9 +70,7 @@ class Tokenizer:
 
 
 def _from_gguf(path: Path) -> Tokenizer:
-  from gguf import GGUFReader  # pylint: disable=import-outside-toplevel
-
-  reader = GGUFReader(str(path))
+  reader = gguf_reader.open_reader(path)
   fields = reader.fields
   model = fields["tokenizer.ggml.model"].contents()
   if model != "gpt2":

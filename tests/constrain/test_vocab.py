@@ -164,3 +164,33 @@ def test_gguf_llama_spm_vocabulary(tmp_path):
   assert v.eos_ids == (2, 7) and v.control_ids == frozenset({1, 2, 7})
   assert v.unused_ids == frozenset({0, 8})
   assert v.token_id(" hi") == 5 and v.decode([5, 6, 3]) == b" hilo\n"
+
+
+def test_gguf_reader_is_parsed_once_per_file_version(tmp_path):
+  """Loads of one file share its parsed reader; a file rewritten at the same path is read
+  again (never a stale vocabulary); a missing file is named."""
+  import gguf
+
+  from infernix_jax import gguf_reader
+
+  path = tmp_path / "v.gguf"
+
+  def write(tokens):
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+  write(["a", "b"])
+  first = gguf_reader.open_reader(path)
+  assert gguf_reader.open_reader(str(path)) is first
+  assert ic.Vocabulary.from_gguf(path).token_bytes == (b"a", b"b")
+  write(["a", "b", "cd"])
+  assert gguf_reader.open_reader(path) is not first
+  assert ic.Vocabulary.from_gguf(path).token_bytes == (b"a", b"b", b"cd")
+  with pytest.raises(FileNotFoundError, match="nowhere.gguf does not exist"):
+    gguf_reader.open_reader(tmp_path / "nowhere.gguf")
