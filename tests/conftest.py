@@ -25,7 +25,9 @@ import tempfile
 
 import pytest
 
-_CACHE_ENV = "INFERNIX_JAX_COMPILE_CACHE"
+from infernix_jax.runtime import compile_cache
+
+_CACHE_ENV = compile_cache.ENV
 # The session's own compilation cache: made by the first process (the xdist controller, or
 # the only process), inherited by the workers through the environment, removed at the end.
 _OWN_CACHE = None
@@ -36,8 +38,6 @@ if _CACHE_ENV not in os.environ:
 
 def pytest_configure(config):
   del config
-  from infernix_jax.runtime import compile_cache
-
   if compile_cache.enable() is not None:
     import jax
 

@@ -34,10 +34,15 @@ def _check(level: float) -> None:
     raise ValueError(f"level={level}: must lie in (0, 1)")
 
 
+def _resample_rows(n: int, seed: int, resamples: int) -> np.ndarray:
+  """[R, n] indices of n units drawn with replacement, R times (every bootstrap's draws)."""
+  return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+
 def _draws(groups: list, value: Callable[[list], object], seed: int,
            resamples: int) -> np.ndarray:
   """value() of `resamples` draws of len(groups) groups with replacement: [R] or [R, P]."""
-  rows = np.random.default_rng(seed).integers(0, len(groups), size=(resamples, len(groups)))
+  rows = _resample_rows(len(groups), seed, resamples)
   return np.array([value([groups[i] for i in row]) for row in rows], float)
 
 
@@ -100,7 +105,7 @@ def bootstrap_ratio(numerators: Sequence[float], denominators: Sequence[float], 
     point = float(num.sum() / den.sum()) if den.sum() else float("nan")
     if n == 1:
       return point, float("nan"), float("nan")
-    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    rows = _resample_rows(n, seed, resamples)
     flat = (rows + n * np.arange(resamples)[:, None]).ravel()
     weights = np.bincount(flat, minlength=resamples * n).reshape(resamples, n).astype(float)
     totals = weights @ den

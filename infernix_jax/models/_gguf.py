@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from infernix_jax import gguf_reader
 from infernix_jax.models.config import ModelConfig
 
 # GGUF tensor name (inside blk.{i}.) -> (our name, transpose to [in, out]).
@@ -106,8 +104,3 @@ def gguf_to_arrays(reader: GGUFReader, cfg: ModelConfig) -> dict[str, np.ndarray
     out.pop("lm_head", None)
   return out
 
-
-def open_gguf(path: Path) -> GGUFReader:
-  """The file's memory-mapped reader (parsed once per file version, `gguf_reader`), with a
-  clear error for a missing file."""
-  return gguf_reader.open_reader(path)

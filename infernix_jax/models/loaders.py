@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flax import nnx
 
+from infernix_jax import gguf_reader
 from infernix_jax.models import _convert, _gguf, _hf, unrolled
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.transformer import Transformer
@@ -66,7 +67,7 @@ def load_gguf(path, dtype: str | None = None, layout: str = "stacked",
     (ModelConfig, Transformer, the .gguf path, which also holds the tokenizer).
   """
   path = Path(path)
-  reader = _gguf.open_gguf(path)
+  reader = gguf_reader.open_reader(path)  # parsed once per file version
   cfg = _gguf.config_from_reader(reader, dtype=dtype)
   model = _convert.model_from_arrays(cfg, _gguf.gguf_to_arrays(reader, cfg))
   return cfg, _arrange(model, layout, weights), path
