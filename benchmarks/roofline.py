@@ -65,6 +65,7 @@ from infernix_jax import models as im  # noqa: E402
 from infernix_jax import pallas as ip  # noqa: E402
 from infernix_jax.models import config as presets  # noqa: E402
 from infernix_jax.models import layers as _layers  # noqa: E402
+from infernix_jax.models import packed_gemm  # noqa: E402
 from infernix_jax.models import unrolled  # noqa: E402
 
 REPORT_MD = ROOT / "docs/results/roofline.md"
@@ -159,13 +160,20 @@ def build_model(cfg: im.ModelConfig):
   return nnx.split(model)
 
 
+def packed_head(state):
+  """The model's panel-packed LM head (`Transformer.packed_head`), or None."""
+  return state["packed_head"][...] if "packed_head" in state else None
+
+
 def model_costs(cfg: im.ModelConfig, state) -> dict:
   """What a step streams: {"weight_bytes" (every parameter: layers, final norm, LM head; an
-  untied embedding is left out, its gather reads a few rows), "matmul_params" (the layers'
-  products and the LM head), "kv_itemsize"}."""
+  embedding the head does not read is left out, its gather reads a few rows, and so is an
+  unpacked head beside a packed copy), "matmul_params" (the layers' products and the LM
+  head), "kv_itemsize"}."""
   total = sum(x.nbytes for x in jax.tree.leaves(state))
-  embed = cfg.vocab_size * cfg.dim * jnp.dtype(cfg.jnp_dtype).itemsize
-  return {"weight_bytes": total if cfg.tie_embeddings else total - embed,
+  head = cfg.vocab_size * cfg.dim * jnp.dtype(cfg.jnp_dtype).itemsize
+  unread = (head if not cfg.tie_embeddings else 0) + (head if packed_head(state) is not None else 0)
+  return {"weight_bytes": total - unread,
           "matmul_params": cfg.num_layers * sum(layer_matrices(cfg).values())
                            + cfg.vocab_size * cfg.dim,
           "kv_itemsize": jnp.dtype(cfg.jnp_dtype).itemsize}
@@ -395,14 +403,18 @@ def elementwise_piece(cfg, layer_params: list[dict], m: int, context: int, span:
 def head_piece(cfg, state, m: int) -> Timed:
   """Final RMSNorm and the LM head at M rows -> f32 logits [1, M, Vm], as
   `Transformer.logits` computes them."""
-  head = state["embed"][...] if cfg.tie_embeddings else state["lm_head"][...]
+  packed = packed_head(state)
+  if packed is not None:
+    head, product = packed, packed_gemm.matmul
+  else:
+    head = state["embed"][...] if cfg.tie_embeddings else state["lm_head"][...]
+    spec = "...D,VD->...V" if cfg.tie_embeddings else "...D,DV->...V"
+    product = lambda h, w: jnp.einsum(spec, h, w, preferred_element_type=jnp.float32)
   norm = state["final_norm"][...]
-  spec = "...D,VD->...V" if cfg.tie_embeddings else "...D,DV->...V"
   hidden = jnp.full((1, m, cfg.dim), 0.01, cfg.jnp_dtype)
 
   def logits(norm, head, hidden):
-    h = _layers.rms_norm(hidden, norm, cfg.norm_eps)
-    return jnp.einsum(spec, h, head, preferred_element_type=jnp.float32)
+    return product(_layers.rms_norm(hidden, norm, cfg.norm_eps), head)
 
   return Timed(_block(jax.jit(logits), norm, head, hidden),
                _nbytes(head, norm, hidden) + m * cfg.vocab_size * 4,

@@ -1,9 +1,10 @@
 """Suite-wide settings and the shared SmolLM2 fixtures.
 
-- One persistent compilation cache per test session, in a temporary directory (never the
-  user's home): an engine, a model step or a CLI subprocess that another test or worker has
-  already compiled loads it instead. Workers share it under JAX's file lock (a size limit
-  turns the lock on; `filelock` is a test dependency for that).
+- One persistent compilation cache and one directory of compiled CPU kernels
+  (`packed_gemm`) per test session, in temporary directories (never the user's home): an
+  engine, a model step or a CLI subprocess that another test or worker has already compiled
+  loads it instead. Workers share the cache under JAX's file lock (a size limit turns the
+  lock on; `filelock` is a test dependency for that).
 - Compiled programs are released after a test once the process holds many memory maps
   (`compile_cache.release_if_crowded`, checked after every test: one module such as the
   exactness matrix compiles enough to pass the limit by itself): the whole suite in one
@@ -25,15 +26,18 @@ import tempfile
 
 import pytest
 
+from infernix_jax.models import packed_gemm
 from infernix_jax.runtime import compile_cache
 
-_CACHE_ENV = compile_cache.ENV
-# The session's own compilation cache: made by the first process (the xdist controller, or
-# the only process), inherited by the workers through the environment, removed at the end.
-_OWN_CACHE = None
-if _CACHE_ENV not in os.environ:
-  _OWN_CACHE = tempfile.mkdtemp(prefix="infernix-jax-test-xla-")
-  os.environ[_CACHE_ENV] = _OWN_CACHE
+# The session's own compilation cache and compiled CPU kernels: made by the first process
+# (the xdist controller, or the only process), inherited by the workers through the
+# environment, removed at the end.
+_OWN_DIRS = []
+for _env, _prefix in ((compile_cache.ENV, "infernix-jax-test-xla-"),
+                      (packed_gemm.ENV_DIR, "infernix-jax-test-kernels-")):
+  if _env not in os.environ:
+    os.environ[_env] = tempfile.mkdtemp(prefix=_prefix)
+    _OWN_DIRS.append(os.environ[_env])
 
 
 def pytest_configure(config):
@@ -47,8 +51,8 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
   del config
-  if _OWN_CACHE is not None:
-    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+  for directory in _OWN_DIRS:
+    shutil.rmtree(directory, ignore_errors=True)
 
 # Tests marked slow here rather than in their files: a path (every test of the file) or
 # path::function (every parametrization), relative to tests/, with why. Besides these: any test
@@ -147,8 +151,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _release_compiled_programs():
   yield
-  from infernix_jax.runtime import compile_cache
-
   compile_cache.release_if_crowded()
 
 

@@ -11,6 +11,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
+from infernix_jax.models import packed_gemm
 from infernix_jax.models.config import ModelConfig
 
 NEG_INF = -1e30  # finite "minus infinity": a fully masked row gives a uniform, not NaN, softmax
@@ -67,8 +68,12 @@ def dense(x: jax.Array, p: Mapping[str, jax.Array], name: str) -> jax.Array:
 
   Weights stored in another dtype (bf16, int8) are converted to x.dtype for the product;
   int8 weights carry a per-output-column scale p[name + "_scale"] f32[out], applied after.
+  A 3-D weight is panel-packed ([out / C, in, C], `packed_gemm.pack`) and runs through
+  `packed_gemm.matmul`.
   """
   w = p[name]
+  if w.ndim == 3:
+    return packed_gemm.matmul(x, w)
   y = x @ (w if w.dtype == x.dtype else w.astype(x.dtype))
   scale = p.get(name + "_scale")
   return y if scale is None else y * scale.astype(y.dtype)

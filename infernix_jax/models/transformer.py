@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-from infernix_jax.models import layers
+from infernix_jax.models import layers, packed_gemm
 from infernix_jax.models.config import ModelConfig
 from infernix_jax.models.kv_cache import KVCache
 
@@ -231,6 +232,16 @@ class Transformer(nnx.Module):
       self.lm_head = nnx.Param(init_param("lm_head", (cfg.dim, cfg.vocab_size), dtype,
                                      rngs.params()))
 
+    self.packed_head = nnx.data(None)
+
+  def pack_head(self, packed: bool) -> None:
+    """Keeps a panel-packed copy of the LM head ([D, Vm] as `packed_gemm.pack` panels) for
+    `logits`, or drops it; a head width with no panel width is never packed."""
+    head = self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
+    packed = packed and packed_gemm.panel_width(head.shape[1]) is not None
+    self.packed_head = nnx.data(
+        nnx.Param(jnp.asarray(packed_gemm.pack(np.asarray(head, np.float32)))) if packed else None)
+
   def embed_tokens(self, tokens: jax.Array) -> jax.Array:
     """Token ids [B, T] -> embeddings [B, T, D]."""
     return jnp.take(self.embed[...], tokens, axis=0)
@@ -238,6 +249,8 @@ class Transformer(nnx.Module):
   def logits(self, hidden: jax.Array) -> jax.Array:
     """Pre-norm hidden [..., D] -> f32 logits [..., Vm] (final RMSNorm, then the LM head)."""
     h = layers.rms_norm(hidden, self.final_norm[...], self.cfg.norm_eps)
+    if self.packed_head is not None:
+      return packed_gemm.matmul(h, self.packed_head[...])
     if self.cfg.tie_embeddings:
       return jnp.einsum("...D,VD->...V", h, self.embed[...],
                         preferred_element_type=jnp.float32)

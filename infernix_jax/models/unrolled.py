@@ -15,6 +15,12 @@ or "int8" (a quarter; symmetric per-output-column scales, f32). Matrices are con
 the activation dtype inside the product and accumulate in it; norms, biases and the
 embedding keep the model dtype.
 
+Packed products (`packed`, default: `packed_gemm.available()`): float32 matrices are stored
+as panels (`packed_gemm.pack`) and multiplied by the CPU kernel for the few rows of a
+decode or verify step, and the model carries a packed copy of its LM head
+(`Transformer.packed_head`) for the logits. A matrix whose width has no panel width stays
+unpacked.
+
 Axis letters (docs/CONTRACTS.md): L layers, D width, N/G query/kv heads, H head dim, F MLP.
 """
 
@@ -27,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from infernix_jax.models import packed_gemm
 from infernix_jax.models import transformer as _transformer
 from infernix_jax.models.config import ModelConfig
 
@@ -48,7 +55,8 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class FusedLayer(nnx.Module):
   """One decoder layer's parameters in the unrolled layout (see the module docstring)."""
 
-  def __init__(self, cfg: ModelConfig, params: Mapping[str, np.ndarray], weights: str):
+  def __init__(self, cfg: ModelConfig, params: Mapping[str, np.ndarray], weights: str,
+               packed: bool = False):
     dtype = cfg.jnp_dtype
     fused = dict(params)
     for name, parts in _FUSED.items():
@@ -63,6 +71,8 @@ class FusedLayer(nnx.Module):
         setattr(self, name, nnx.Param(jnp.asarray(value)))
       elif name in _MATRICES and weights == "bfloat16":
         setattr(self, name, nnx.Param(jnp.asarray(value, jnp.bfloat16)))
+      elif name in _MATRICES and packed and packed_gemm.panel_width(value.shape[1]):
+        setattr(self, name, nnx.Param(jnp.asarray(packed_gemm.pack(value), dtype)))
       else:
         setattr(self, name, nnx.Param(jnp.asarray(value, dtype)))
     if weights == "int8":
@@ -77,15 +87,20 @@ class UnrolledLayers(nnx.Module):
   """L `FusedLayer`s run one after the other (same interface as `DecoderLayers`)."""
 
   def __init__(self, cfg: ModelConfig, stacked: Mapping[str, jax.Array],
-               weights: str = "float32"):
-    """Builds the layers from stacked parameters ([L, ...] per name, `DecoderLayers.params()`)."""
+               weights: str = "float32", packed: bool = False):
+    """Builds the layers from stacked parameters ([L, ...] per name, `DecoderLayers.params()`);
+    `packed`: float32 matrices as panels (only with weights="float32" and a float32 model)."""
     if weights not in WEIGHT_DTYPES:
       raise ValueError(f"weights={weights!r} must be one of {WEIGHT_DTYPES}")
+    if packed and (weights != "float32" or cfg.dtype != "float32"):
+      raise ValueError(f"packed products need float32 weights in a float32 model, not "
+                       f"weights={weights!r} in a {cfg.dtype} model")
     self.weights = weights
+    self.packed = packed
     host = {name: np.asarray(value) for name, value in stacked.items()}
     num_layers = next(iter(host.values())).shape[0]
-    self.layers = nnx.List([FusedLayer(cfg, {n: v[i] for n, v in host.items()}, weights)
-                            for i in range(num_layers)])
+    self.layers = nnx.List([FusedLayer(cfg, {n: v[i] for n, v in host.items()}, weights,
+                                       packed) for i in range(num_layers)])
 
   def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
           span: int | None = None, tree=None):
@@ -104,6 +119,8 @@ class UnrolledLayers(nnx.Module):
     per_layer = []
     for layer in self.layers:
       p = {n: np.asarray(v, np.float32) for n, v in layer.params().items()}
+      p = {n: packed_gemm.unpack(v) if n in _MATRICES and v.ndim == 3 else v
+           for n, v in p.items()}
       for name in _MATRICES:
         if name + "_scale" in p:
           p[name] = p[name] * p.pop(name + "_scale")
@@ -134,25 +151,35 @@ def weights_of(model) -> str:
   return model.layers.weights if isinstance(model.layers, UnrolledLayers) else model.cfg.dtype
 
 
-def unroll(model, weights: str | None = None):
+def packs_by_default(cfg: ModelConfig, weights: str) -> bool:
+  """Whether `unroll` packs by default: float32 weights of a float32 model, and the packed
+  kernel available here (`packed_gemm.available`)."""
+  return weights == "float32" and cfg.dtype == "float32" and packed_gemm.available()
+
+
+def unroll(model, weights: str | None = None, packed: bool | None = None):
   """Switches `model` to the unrolled layout in place and returns it.
 
   Args:
     model: a `Transformer` (either layout).
     weights: storage dtype of the layer matrices ("float32", "bfloat16", "int8"); None keeps
       the current one (the model dtype for a stacked model).
+    packed: panel-packed float32 matrices and LM head (see the module docstring); None:
+      `packs_by_default`.
 
   The stacked arrays are dropped from the model (callers holding an earlier `nnx.split`
   state keep theirs alive).
   """
   weights = weights or weights_of(model)
+  packed = packs_by_default(model.cfg, weights) if packed is None else packed
   if layout_of(model) == "unrolled":
-    if weights == model.layers.weights:
+    if (weights, packed) == (model.layers.weights, model.layers.packed):
       return model
     stacked = model.layers.stacked_params(model.cfg)
   else:
     stacked = model.layers.params()
-  model.layers = UnrolledLayers(model.cfg, stacked, weights)
+  model.layers = UnrolledLayers(model.cfg, stacked, weights, packed)
+  model.pack_head(packed)
   return model
 
 
@@ -166,6 +193,7 @@ def stack(model):
   for name in layers.names:
     setattr(layers, name, nnx.Param(jnp.asarray(stacked[name], model.cfg.jnp_dtype)))
   model.layers = layers
+  model.pack_head(False)
   return model
 
 
