@@ -255,7 +255,8 @@ def markdown(result: dict) -> str:
       f"the engine's default (unrolled) layout; KV capacity {result['capacity']} with "
       f"{result['context']} committed positions; medians of {result['repeats']} interleaved "
       f"calls. Steps timed: {result['steps_source']}; acceptance: pallas {result['pallas_impl']}"
-      f", temperature {result['temperature']}.",
+      f", temperature {result['temperature']}; layer and LM-head products: "
+      f"{result.get('products', 'XLA dot')}.",
       "",
       "## Denominators (measured in this run)",
       "",
@@ -302,6 +303,16 @@ def markdown(result: dict) -> str:
     lines += ["", f"verify(5) / decode(1): **{verify['ms'] / decode['ms']:.2f}** unmasked, "
               f"{verify['ms_masked'] / decode['ms_masked']:.2f} masked (roofline "
               f"{verify['roofline_ms'] / decode['roofline_ms']:.2f})."]
+  peer = {r["name"]: r["ms"] for r in result.get("xla_dot_steps", [])}
+  if peer:
+    ours = {r["name"]: r["ms"] for r in result["steps"]}
+    cells = [f"{name} {ms:.3f} ms (packed kernel x{ms / ours[name]:.2f} faster)"
+             for name, ms in peer.items() if name in ours]
+    lines += ["", "The same steps with XLA's dot for every product (a model with unpacked "
+              f"weights), timed interleaved with the rows above: {'; '.join(cells)}."]
+    if "decode(1)" in peer and "verify(5)" in peer:
+      lines[-1] += (f" verify(5) / decode(1) with XLA's dot: "
+                    f"{peer['verify(5)'] / peer['decode(1)']:.2f}.")
   if result["capacities"]:
     lines += ["", "## KV capacity: decode(1), same sequence, unmasked", "",
               "| capacity | span | ms | roofline ms | time / roofline |",
@@ -313,7 +324,7 @@ def markdown(result: dict) -> str:
       lines.append(f"| {r['capacity']} | {r['span']} | {r['ms']:.3f} | {r['roofline_ms']:.3f} | "
                    f"{r['ratio']:.2f} |")
   if result["pieces"]:
-    lines += ["", "## Pieces: 1 lane x M positions", "",
+    lines += ["", "## Pieces: 1 lane x M positions (and batched attention at M = 1)", "",
               "Each piece on its own, jitted alone (its dispatch included). * = a part of a step "
               "(the rest: one layer's product, for reference). Elementwise and KV-write "
               "rooflines count each input read once and each output written once; finish's, "

@@ -14,7 +14,9 @@ Measured in one run, on whatever device JAX picks (CPU here, a GPU where there i
   pieces        one lane x M rows of each part of a step: each layer product (qkv, o, gate_up,
                 down) for one layer and all layers chained, attention over the span, the
                 elementwise work (norms, RoPE, softmax, SwiGLU activation), the LM head, the KV
-                write and mask unpack + acceptance (`finish_step` with a packed mask);
+                write and mask unpack + acceptance (`finish_step` with a packed mask); at
+                M = 1 also attention of 4 and 8 lanes x 1 position (a batched decode's) and
+                the KV write at the other capacities;
   thunks        the instructions of each step's compiled ENTRY computation that become runtime
                 work (`_roofline_report.entry_thunks`).
 
@@ -75,6 +77,7 @@ PIECE_M = (1, 5, 20)
 QUICK_SHAPES = (Shape("decode", 1, 1), Shape("verify", 1, 5), Shape("batched verify", 4, 2))
 QUICK_PIECE_M = (1,)
 CAPACITIES = (512, 4096)  # decode(1) at these KV capacities besides --capacity
+BATCHED_ATTENTION_LANES = (4, 8)  # at M = 1 also attention for these lanes x 1 position
 GPU_STREAM_SHAPE = (16384, 32768)  # 1 GiB in bf16: far above the L2 of any GPU
 CPU_DENSE_N, GPU_DENSE_N = 2048, 8192
 
@@ -153,10 +156,10 @@ def denominators(dtype: str, repeats: int) -> dict:
 
 
 # --- the model and its costs -----------------------------------------------------------------
-def build_model(cfg: im.ModelConfig):
+def build_model(cfg: im.ModelConfig, packed: bool | None = None):
   """(graphdef, state) of a random-weight `cfg` model in the engine's default (unrolled)
-  layout: step time depends on shapes, not on weights."""
-  model = unrolled.unroll(im.Transformer(cfg, rngs=nnx.Rngs(0)))
+  layout (`packed`: as `unrolled.unroll`): step time depends on shapes, not on weights."""
+  model = unrolled.unroll(im.Transformer(cfg, rngs=nnx.Rngs(0)), packed=packed)
   return nnx.split(model)
 
 
@@ -344,25 +347,26 @@ def span_mask(m: int, context: int, span: int):
   return jnp.asarray(slots <= context + np.arange(m)[None, :, None])
 
 
-def attention_piece(cfg, m: int, capacity: int, context: int, span: int) -> Timed:
-  """Every layer's attention of M new rows over the first `span` slots of a [L, 1, S, G, H]
-  cache that already holds their K/V (`layers.attention`: grouped QK^T, masked f32 softmax,
-  PV)."""
+def attention_piece(cfg, m: int, capacity: int, context: int, span: int,
+                    lanes: int = 1) -> Timed:
+  """Every layer's attention of `lanes` x M new rows over the first `span` slots of a
+  [L, B, S, G, H] cache that already holds their K/V (`layers.attention`: grouped QK^T,
+  masked f32 softmax, PV)."""
   dt, l, g, n, h = cfg.jnp_dtype, cfg.num_layers, cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
   rng = np.random.default_rng(1)
-  q = jnp.asarray(rng.standard_normal((l, 1, m, n, h)), dt)  # [L, 1, M, N, H]
-  cache_k = jnp.asarray(rng.standard_normal((l, 1, capacity, g, h)), dt)  # [L, 1, S, G, H]
-  cache_v = jnp.asarray(rng.standard_normal((l, 1, capacity, g, h)), dt)
-  mask = span_mask(m, context, span)
+  q = jnp.asarray(rng.standard_normal((l, lanes, m, n, h)), dt)  # [L, B, M, N, H]
+  cache_k = jnp.asarray(rng.standard_normal((l, lanes, capacity, g, h)), dt)  # [L, B, S, G, H]
+  cache_v = jnp.asarray(rng.standard_normal((l, lanes, capacity, g, h)), dt)
+  mask = jnp.broadcast_to(span_mask(m, context, span), (lanes, m, span))
 
   def attend(q, cache_k, cache_v, mask):
     outs = [_layers.attention(q[i], cache_k[i, :, :span], cache_v[i, :, :span], mask)
             for i in range(l)]
-    return jnp.stack(outs)  # [L, 1, M, N, H]
+    return jnp.stack(outs)  # [L, B, M, N, H]
 
-  kv_read = 2 * l * span * g * h * jnp.dtype(dt).itemsize
+  kv_read = 2 * l * lanes * span * g * h * jnp.dtype(dt).itemsize
   return Timed(_block(jax.jit(attend), q, cache_k, cache_v, mask), kv_read + _nbytes(q, q),
-               attention_flops(cfg, 1, m, span))
+               attention_flops(cfg, lanes, m, span))
 
 
 def elementwise_piece(cfg, layer_params: list[dict], m: int, context: int, span: int) -> Timed:
@@ -507,6 +511,11 @@ def measure_steps(result: dict, ctx: dict, shapes: list[Shape], capacities: tupl
     fns[name + " masked"] = lambda case=case: case.run(True)
   caps = {cap: make(Shape("decode", 1, 1), cap) for cap in capacities}
   fns.update({f"capacity {cap}": lambda case=case: case.run(False) for cap, case in caps.items()})
+  peers = {}  # the same steps with XLA's dot for every product (first group only)
+  if capacities and "xla_split" in ctx:
+    peers = {shape.name: StepCase(ctx["steps"], ctx["xla_split"], cfg, shape, args.capacity,
+                                  args.context, args.temperature) for shape in shapes}
+    fns.update({f"xla {name}": lambda case=case: case.run(False) for name, case in peers.items()})
   ms = interleaved_ms(fns, args.repeats, args.budget, result["skipped"])
   for shape in shapes:
     case = cases[shape.name]
@@ -526,6 +535,10 @@ def measure_steps(result: dict, ctx: dict, shapes: list[Shape], capacities: tupl
     print(f"{shape.name:26s} {row['ms']:9.3f} ms  masked {row['ms_masked']:9.3f} ms  roofline "
           f"{row['roofline_ms']:8.3f} ms ({row['bound']})  x{row['ratio']:5.2f} / "
           f"x{row['ratio_masked']:5.2f}  thunks {sum(row['thunks'].values())}", flush=True)
+  for name in peers:
+    if f"xla {name}" in ms:
+      result["xla_dot_steps"].append({"name": name, "ms": ms[f"xla {name}"]})
+      print(f"{name + ' with XLA dot':26s} {ms[f'xla {name}']:9.3f} ms", flush=True)
   decode1 = Shape("decode", 1, 1)
   for cap, case in caps.items():
     if f"capacity {cap}" not in ms:
@@ -549,6 +562,11 @@ def measure_pieces(result: dict, ctx: dict, m: int) -> None:
       if cap != args.capacity:
         kv = KVWritePiece(cfg, m, cap, args.context)
         cases[f"KV write (all L layers, capacity {cap})"] = (Timed(kv, kv.bytes, 0.0), False)
+    span = ctx["steps"].attention_span(np.full((1,), args.context), m, args.capacity) \
+        or args.capacity
+    for lanes in BATCHED_ATTENTION_LANES:  # what a batched decode step's attention costs
+      cases[f"attention over the span ({span}, all L layers, {lanes} lanes x 1)"] = (
+          attention_piece(cfg, m, args.capacity, args.context, span, lanes), False)
   ms = interleaved_ms({name: t.fn for name, (t, _) in cases.items()}, args.repeats, args.budget,
                       result["skipped"])
   for name, (t, aggregate) in cases.items():
@@ -587,7 +605,7 @@ def run(args, cfg: im.ModelConfig, emit: Callable[[dict], None]) -> dict:
             "jax": jax.__version__, "model": cfg.name or "custom", "dtype": cfg.dtype,
             "capacity": args.capacity, "context": args.context, "repeats": args.repeats,
             "temperature": args.temperature, "pallas_impl": ip.resolve_impl(),
-            "steps": [], "capacities": [], "pieces": [], "skipped": [], "complete": False}
+            "steps": [], "capacities": [], "xla_dot_steps": [], "pieces": [], "skipped": [], "complete": False}
   den = denominators(cfg.dtype, max(2, args.repeats))
   result["denominators"] = den
   print(f"jax {jax.__version__} on {result['device']}; bandwidth {den['bandwidth'] / 1e9:.1f} "
@@ -597,11 +615,17 @@ def run(args, cfg: im.ModelConfig, emit: Callable[[dict], None]) -> dict:
   steps = engine_steps()
   costs = model_costs(cfg, split[1])
   result["steps_source"] = steps.source
+  packed = getattr(nnx.merge(*split).layers, "packed", False)
+  result["products"] = ("packed-weight kernel (models/packed_gemm.py) up to "
+                        f"{packed_gemm.KERNEL_MAX_ROWS} rows, XLA's dot above"
+                        if packed else "XLA's dot")
   result["weights"] = {**costs, "floor_ms": 1e3 * costs["weight_bytes"] / den["bandwidth"]}
   print(f"{result['model']}: {costs['weight_bytes'] / 1e6:.1f} MB of weights, floor "
         f"{result['weights']['floor_ms']:.3f} ms; steps: {steps.source}", flush=True)
   emit(result)
   ctx = {"cfg": cfg, "args": args, "split": split, "steps": steps, "costs": costs}
+  if packed:  # the peer of the packed products, timed beside decode(1) and verify(5)
+    ctx["xla_split"] = build_model(cfg, packed=False)
   for label, task in plan(result, ctx, shapes, piece_m):
     if over_budget(args.budget):
       result["skipped"].append(label)
