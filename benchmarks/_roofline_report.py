@@ -255,8 +255,8 @@ def markdown(result: dict) -> str:
       f"the engine's default (unrolled) layout; KV capacity {result['capacity']} with "
       f"{result['context']} committed positions; medians of {result['repeats']} interleaved "
       f"calls. Steps timed: {result['steps_source']}; acceptance: pallas {result['pallas_impl']}"
-      f", temperature {result['temperature']}; layer and LM-head products: "
-      f"{result.get('products', 'XLA dot')}.",
+      f", temperature {result['temperature']}; products and attention: "
+      f"{result.get('kernels', 'XLA ops')}.",
       "",
       "## Denominators (measured in this run)",
       "",
@@ -303,15 +303,16 @@ def markdown(result: dict) -> str:
     lines += ["", f"verify(5) / decode(1): **{verify['ms'] / decode['ms']:.2f}** unmasked, "
               f"{verify['ms_masked'] / decode['ms_masked']:.2f} masked (roofline "
               f"{verify['roofline_ms'] / decode['roofline_ms']:.2f})."]
-  peer = {r["name"]: r["ms"] for r in result.get("xla_dot_steps", [])}
+  peer = {r["name"]: r["ms"] for r in result.get("xla_steps", [])}
   if peer:
     ours = {r["name"]: r["ms"] for r in result["steps"]}
-    cells = [f"{name} {ms:.3f} ms (packed kernel x{ms / ours[name]:.2f} faster)"
+    cells = [f"{name} {ms:.3f} ms (the kernels x{ms / ours[name]:.2f} faster)"
              for name, ms in peer.items() if name in ours]
-    lines += ["", "The same steps with XLA's dot for every product (a model with unpacked "
-              f"weights), timed interleaved with the rows above: {'; '.join(cells)}."]
+    lines += ["", "The same steps with XLA's own ops (unpacked weights, XLA's attention; "
+              f"the CPU kernels' peer), timed interleaved with the rows above: "
+              f"{'; '.join(cells)}."]
     if "decode(1)" in peer and "verify(5)" in peer:
-      lines[-1] += (f" verify(5) / decode(1) with XLA's dot: "
+      lines[-1] += (f" verify(5) / decode(1) with XLA's ops: "
                     f"{peer['verify(5)'] / peer['decode(1)']:.2f}.")
   if result["capacities"]:
     lines += ["", "## KV capacity: decode(1), same sequence, unmasked", "",

@@ -38,6 +38,7 @@ a run measured elsewhere (docs/results/roofline_h200.md, from `scripts/gpu_check
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -67,7 +68,7 @@ from infernix_jax import models as im  # noqa: E402
 from infernix_jax import pallas as ip  # noqa: E402
 from infernix_jax.models import config as presets  # noqa: E402
 from infernix_jax.models import layers as _layers  # noqa: E402
-from infernix_jax.models import packed_gemm  # noqa: E402
+from infernix_jax.models import cpu_kernels, packed_gemm  # noqa: E402
 from infernix_jax.models import unrolled  # noqa: E402
 
 REPORT_MD = ROOT / "docs/results/roofline.md"
@@ -301,6 +302,12 @@ def _nbytes(*arrays) -> float:
   return float(sum(np.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in arrays))
 
 
+def _without_kernels(fn, *args):
+  """fn(*args) with the CPU kernels off while it traces (`cpu_kernels.disabled`)."""
+  with cpu_kernels.disabled():
+    return fn(*args)
+
+
 def _block(fn, *args):
   """A timed callable: fn(*args) until its results are ready."""
   return lambda: jax.block_until_ready(fn(*args))
@@ -348,10 +355,11 @@ def span_mask(m: int, context: int, span: int):
 
 
 def attention_piece(cfg, m: int, capacity: int, context: int, span: int,
-                    lanes: int = 1) -> Timed:
+                    lanes: int = 1, kernels: bool = True) -> Timed:
   """Every layer's attention of `lanes` x M new rows over the first `span` slots of a
-  [L, B, S, G, H] cache that already holds their K/V (`layers.attention`: grouped QK^T,
-  masked f32 softmax, PV)."""
+  [L, B, S, G, H] cache that already holds their K/V (`layers.span_attention`: grouped QK^T,
+  masked f32 softmax, PV), through the span attention kernel where it applies unless
+  `kernels` is False."""
   dt, l, g, n, h = cfg.jnp_dtype, cfg.num_layers, cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
   rng = np.random.default_rng(1)
   q = jnp.asarray(rng.standard_normal((l, lanes, m, n, h)), dt)  # [L, B, M, N, H]
@@ -360,12 +368,14 @@ def attention_piece(cfg, m: int, capacity: int, context: int, span: int,
   mask = jnp.broadcast_to(span_mask(m, context, span), (lanes, m, span))
 
   def attend(q, cache_k, cache_v, mask):
-    outs = [_layers.attention(q[i], cache_k[i, :, :span], cache_v[i, :, :span], mask)
-            for i in range(l)]
+    outs = [_layers.span_attention(q[i], cache_k, cache_v, i, mask) for i in range(l)]
     return jnp.stack(outs)  # [L, B, M, N, H]
 
   kv_read = 2 * l * lanes * span * g * h * jnp.dtype(dt).itemsize
-  return Timed(_block(jax.jit(attend), q, cache_k, cache_v, mask), kv_read + _nbytes(q, q),
+  args = (q, cache_k, cache_v, mask)
+  with contextlib.nullcontext() if kernels else cpu_kernels.disabled():
+    compiled = jax.jit(attend).lower(*args).compile()  # traced here: the choice is kept
+  return Timed(_block(compiled, *args), kv_read + _nbytes(q, q),
                attention_flops(cfg, lanes, m, span))
 
 
@@ -515,7 +525,8 @@ def measure_steps(result: dict, ctx: dict, shapes: list[Shape], capacities: tupl
   if capacities and "xla_split" in ctx:
     peers = {shape.name: StepCase(ctx["steps"], ctx["xla_split"], cfg, shape, args.capacity,
                                   args.context, args.temperature) for shape in shapes}
-    fns.update({f"xla {name}": lambda case=case: case.run(False) for name, case in peers.items()})
+    fns.update({f"xla {name}": lambda case=case: _without_kernels(case.run, False)
+                for name, case in peers.items()})
   ms = interleaved_ms(fns, args.repeats, args.budget, result["skipped"])
   for shape in shapes:
     case = cases[shape.name]
@@ -537,8 +548,8 @@ def measure_steps(result: dict, ctx: dict, shapes: list[Shape], capacities: tupl
           f"x{row['ratio_masked']:5.2f}  thunks {sum(row['thunks'].values())}", flush=True)
   for name in peers:
     if f"xla {name}" in ms:
-      result["xla_dot_steps"].append({"name": name, "ms": ms[f"xla {name}"]})
-      print(f"{name + ' with XLA dot':26s} {ms[f'xla {name}']:9.3f} ms", flush=True)
+      result["xla_steps"].append({"name": name, "ms": ms[f"xla {name}"]})
+      print(f"{name + ' with XLA ops':26s} {ms[f'xla {name}']:9.3f} ms", flush=True)
   decode1 = Shape("decode", 1, 1)
   for cap, case in caps.items():
     if f"capacity {cap}" not in ms:
@@ -567,6 +578,12 @@ def measure_pieces(result: dict, ctx: dict, m: int) -> None:
     for lanes in BATCHED_ATTENTION_LANES:  # what a batched decode step's attention costs
       cases[f"attention over the span ({span}, all L layers, {lanes} lanes x 1)"] = (
           attention_piece(cfg, m, args.capacity, args.context, span, lanes), False)
+  if "xla_split" in ctx:  # the same attention with XLA's ops (the kernels' peer)
+    for lanes in (1, *BATCHED_ATTENTION_LANES) if m == 1 else (1,):
+      span = ctx["steps"].attention_span(np.full((1,), args.context), m, args.capacity) \
+          or args.capacity
+      cases[f"attention over the span ({span}, all L layers, {lanes} lanes x {m}), XLA ops"] = (
+          attention_piece(cfg, m, args.capacity, args.context, span, lanes, False), False)
   ms = interleaved_ms({name: t.fn for name, (t, _) in cases.items()}, args.repeats, args.budget,
                       result["skipped"])
   for name, (t, aggregate) in cases.items():
@@ -605,7 +622,7 @@ def run(args, cfg: im.ModelConfig, emit: Callable[[dict], None]) -> dict:
             "jax": jax.__version__, "model": cfg.name or "custom", "dtype": cfg.dtype,
             "capacity": args.capacity, "context": args.context, "repeats": args.repeats,
             "temperature": args.temperature, "pallas_impl": ip.resolve_impl(),
-            "steps": [], "capacities": [], "xla_dot_steps": [], "pieces": [], "skipped": [], "complete": False}
+            "steps": [], "capacities": [], "xla_steps": [], "pieces": [], "skipped": [], "complete": False}
   den = denominators(cfg.dtype, max(2, args.repeats))
   result["denominators"] = den
   print(f"jax {jax.__version__} on {result['device']}; bandwidth {den['bandwidth'] / 1e9:.1f} "
@@ -615,16 +632,17 @@ def run(args, cfg: im.ModelConfig, emit: Callable[[dict], None]) -> dict:
   steps = engine_steps()
   costs = model_costs(cfg, split[1])
   result["steps_source"] = steps.source
-  packed = getattr(nnx.merge(*split).layers, "packed", False)
-  result["products"] = ("packed-weight kernel (models/packed_gemm.py) up to "
-                        f"{packed_gemm.KERNEL_MAX_ROWS} rows, XLA's dot above"
-                        if packed else "XLA's dot")
+  kernels = cpu_kernels.available()
+  result["kernels"] = (
+      f"the CPU kernels (models/cpu_kernels.py): packed-weight products up to "
+      f"{packed_gemm.KERNEL_MAX_ROWS} rows, span attention up to "
+      f"{_layers.ATTENTION_KERNEL_MAX_ROWS} new rows per lane" if kernels else "XLA's own ops")
   result["weights"] = {**costs, "floor_ms": 1e3 * costs["weight_bytes"] / den["bandwidth"]}
   print(f"{result['model']}: {costs['weight_bytes'] / 1e6:.1f} MB of weights, floor "
         f"{result['weights']['floor_ms']:.3f} ms; steps: {steps.source}", flush=True)
   emit(result)
   ctx = {"cfg": cfg, "args": args, "split": split, "steps": steps, "costs": costs}
-  if packed:  # the peer of the packed products, timed beside decode(1) and verify(5)
+  if kernels:  # the kernels' peer, timed beside decode(1) and verify(5)
     ctx["xla_split"] = build_model(cfg, packed=False)
   for label, task in plan(result, ctx, shapes, piece_m):
     if over_budget(args.budget):

@@ -1,7 +1,7 @@
 """Suite-wide settings and the shared SmolLM2 fixtures.
 
 - One persistent compilation cache and one directory of compiled CPU kernels
-  (`packed_gemm`) per test session, in temporary directories (never the user's home): an
+  (`cpu_kernels`) per test session, in temporary directories (never the user's home): an
   engine, a model step or a CLI subprocess that another test or worker has already compiled
   loads it instead. Workers share the cache under JAX's file lock (a size limit turns the
   lock on; `filelock` is a test dependency for that).
@@ -26,7 +26,7 @@ import tempfile
 
 import pytest
 
-from infernix_jax.models import packed_gemm
+from infernix_jax.models import cpu_kernels
 from infernix_jax.runtime import compile_cache
 
 # The session's own compilation cache and compiled CPU kernels: made by the first process
@@ -34,7 +34,7 @@ from infernix_jax.runtime import compile_cache
 # environment, removed at the end.
 _OWN_DIRS = []
 for _env, _prefix in ((compile_cache.ENV, "infernix-jax-test-xla-"),
-                      (packed_gemm.ENV_DIR, "infernix-jax-test-kernels-")):
+                      (cpu_kernels.ENV_DIR, "infernix-jax-test-kernels-")):
   if _env not in os.environ:
     os.environ[_env] = tempfile.mkdtemp(prefix=_prefix)
     _OWN_DIRS.append(os.environ[_env])

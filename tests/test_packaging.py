@@ -152,3 +152,11 @@ def test_pip_filter_drops_only_the_known_notices():
                        input="\n".join(conflict) + "\n", capture_output=True, text=True,
                        check=True).stdout.splitlines()
   assert out == conflict[:2]  # another package's conflict keeps the header
+
+
+def test_the_cpu_kernels_sources_ship_with_the_package():
+  from infernix_jax.models import cpu_kernels
+  shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+      "package-data"]["infernix_jax.models"]
+  assert sorted(source.name for source in cpu_kernels._SOURCES) == sorted(shipped)
+  assert all(source.exists() for source in cpu_kernels._SOURCES)

@@ -51,13 +51,16 @@ def test_quick_run_reports_every_shape_piece_and_goal(tmp_path, capsys):
   pieces = result["pieces"]
   assert {r["m"] for r in pieces} == set(roofline.QUICK_PIECE_M)
   assert any(r["name"].startswith("mask unpack + acceptance") for r in pieces)
-  batched = {r["name"].split(", ")[-1] for r in pieces if "lanes x 1" in r["name"]}
+  batched = {r["name"].split(", ")[-1] for r in pieces
+             if "lanes x 1)" in r["name"] and "XLA" not in r["name"]}
   assert batched == {f"{lanes} lanes x 1)" for lanes in roofline.BATCHED_ATTENTION_LANES}
-  if "packed-weight kernel" in result["products"]:  # timed beside its XLA-dot peer
-    assert {r["name"] for r in result["xla_dot_steps"]} == {"decode(1)", "verify(5)"}
-    assert all(r["ms"] > 0 for r in result["xla_dot_steps"])
+  if "CPU kernels" in result["kernels"]:  # timed beside their peer, XLA's own ops
+    assert {r["name"] for r in result["xla_steps"]} == {"decode(1)", "verify(5)"}
+    assert all(r["ms"] > 0 for r in result["xla_steps"])
+    peers = [r for r in pieces if r["name"].endswith("XLA ops")]
+    assert len(peers) == len(roofline.QUICK_PIECE_M) + len(roofline.BATCHED_ATTENTION_LANES)
   else:
-    assert result["products"] == "XLA's dot" and not result["xla_dot_steps"]
+    assert result["kernels"] == "XLA's own ops" and not result["xla_steps"]
   for row in pieces:
     assert row["ms"] > 0 and row["roofline_ms"] > 0
     assert math.isclose(row["ratio"], row["ms"] / row["roofline_ms"])

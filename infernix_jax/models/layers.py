@@ -11,7 +11,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from infernix_jax.models import packed_gemm
+from infernix_jax.models import cpu_kernels, packed_gemm
 from infernix_jax.models.config import ModelConfig
 
 NEG_INF = -1e30  # finite "minus infinity": a fully masked row gives a uniform, not NaN, softmax
@@ -40,8 +40,75 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
   return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
+ATTENTION_KERNEL_MAX_ROWS = 64  # new rows T; more (prefill): XLA's batched dots
+
+
+def attention_kernel_applies(q: jax.Array, k: jax.Array) -> bool:
+  """Whether `attention` / `span_attention` run the span attention kernel (`cpu_kernels`):
+  float32, H a multiple of 16, at most `ATTENTION_KERNEL_MAX_ROWS` new rows, on CPU."""
+  return (q.shape[1] <= ATTENTION_KERNEL_MAX_ROWS and q.shape[-1] % 16 == 0
+          and q.dtype == jnp.float32 and k.dtype == jnp.float32 and cpu_kernels.available())
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-  """Grouped-query attention.
+  """Grouped-query attention (`attention_reference`), through the span attention kernel
+  where it applies (`attention_kernel_applies`; its rows do not depend on T or on the span;
+  gradients go through the reference)."""
+  if attention_kernel_applies(q, k) and v.dtype == jnp.float32:
+    return _span_kernel(q, k[None], v[None], mask.astype(bool), jnp.zeros((), jnp.int32))
+  return attention_reference(q, k, v, mask)
+
+
+def cache_span(cache: jax.Array, layer, span: int) -> jax.Array:
+  """Layer `layer`'s first `span` slots of cache [L, B, S, G, H] -> [B, span, G, H]."""
+  if isinstance(layer, int):
+    return cache[layer, :, :span]
+  zero = jnp.zeros((), jnp.int32)
+  corner = (jnp.asarray(layer, jnp.int32),) + (zero,) * (cache.ndim - 1)
+  return jax.lax.dynamic_slice(cache, corner, (1, cache.shape[1], span) + cache.shape[3:])[0]
+
+
+def span_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, layer,
+                   mask: jax.Array) -> jax.Array:
+  """`attention` of q [B, T, N, H] over the first S' slots of layer `layer` (int or i32
+  scalar) of caches [L, B, S, G, H], mask bool [B, T, S']: the kernel reads the caches in
+  place where it applies, else the span is sliced out for `attention_reference`."""
+  if attention_kernel_applies(q, cache_k) and cache_v.dtype == jnp.float32:
+    return _span_kernel(q, cache_k, cache_v, mask.astype(bool), jnp.asarray(layer, jnp.int32))
+  span = mask.shape[-1]
+  keys, values = (cache_span(c, layer, span).astype(q.dtype) for c in (cache_k, cache_v))
+  return attention_reference(q, keys, values, mask)
+
+
+@jax.custom_vjp
+def _span_kernel(q, cache_k, cache_v, mask, layer):
+  out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+  return jax.ffi.ffi_call(cpu_kernels.SPAN_ATTENTION, out, vmap_method="sequential")(
+      q, cache_k, cache_v, mask, layer)
+
+
+def _span_kernel_fwd(q, cache_k, cache_v, mask, layer):
+  return _span_kernel(q, cache_k, cache_v, mask, layer), (q, cache_k, cache_v, mask, layer)
+
+
+def _span_kernel_bwd(saved, grad):
+  q, cache_k, cache_v, mask, layer = saved
+  span = mask.shape[-1]
+
+  def reference(q, cache_k, cache_v):
+    keys, values = (cache_span(c, layer, span) for c in (cache_k, cache_v))
+    return attention_reference(q, keys, values, mask)
+
+  _, pullback = jax.vjp(reference, q, cache_k, cache_v)
+  return (*pullback(grad), None, None)
+
+
+_span_kernel.defvjp(_span_kernel_fwd, _span_kernel_bwd)
+
+
+def attention_reference(q: jax.Array, k: jax.Array, v: jax.Array,
+                        mask: jax.Array) -> jax.Array:
+  """Grouped-query attention with XLA's ops.
 
   Args:
     q: queries [B, T, N, H].

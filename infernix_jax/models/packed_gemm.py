@@ -13,36 +13,20 @@ once for up to six rows (measured by `benchmarks/roofline.py`).
 Every row of the kernel's product is the same chain of fused multiply-adds whatever the row
 count: a verify's rows equal the decodes of the same inputs bit for bit.
 
-The kernel is compiled from its C++ source on first use with the system's C++ compiler
-(`-O3 -march=native`) into the kernel directory (`INFERNIX_JAX_KERNEL_DIR`, default
-`~/.cache/infernix_jax/kernels`), keyed by the source, the compiler flags, jaxlib's version
-and this CPU's feature flags. Without a compiler, off CPU, or with
-`INFERNIX_JAX_PACKED_GEMM=0`, `available()` is False and models keep their weights unpacked.
+The kernel is built and registered by `cpu_kernels`; without it (`cpu_kernels.available()`
+False) models keep their weights unpacked.
 """
 
 from __future__ import annotations
-
-import ctypes
-import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from infernix_jax.models import cpu_kernels
+
 PANEL_WIDTHS = (64, 32, 16)  # preferred first
 KERNEL_MAX_ROWS = 48  # more rows: XLA's dot (the product is then compute-bound)
-ENV_OFF = "INFERNIX_JAX_PACKED_GEMM"
-ENV_DIR = "INFERNIX_JAX_KERNEL_DIR"
-TARGET = "infernix_packed_gemm"
-_SOURCE = Path(__file__).with_name("_packed_gemm.cc")
-_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
 def panel_width(n: int) -> int | None:
@@ -74,72 +58,13 @@ def matmul_reference(x: jax.Array, wp: jax.Array) -> jax.Array:
 
 def matmul(x: jax.Array, wp: jax.Array) -> jax.Array:
   """x f32[..., K] @ the weight packed in wp f32[N / C, K, C] -> f32[..., N]: the kernel for
-  at most `KERNEL_MAX_ROWS` rows when `available()`, else `matmul_reference`."""
+  at most `KERNEL_MAX_ROWS` rows when `cpu_kernels.available()`, else `matmul_reference`."""
   p, k, c = wp.shape
   if x.shape[-1] != k:
     raise ValueError(f"{x.shape=} must end in K={k} (packed weights {wp.shape})")
   rows = int(np.prod(x.shape[:-1]))
   if rows > KERNEL_MAX_ROWS or x.dtype != jnp.float32 or wp.dtype != jnp.float32 \
-      or not available():
+      or not cpu_kernels.available():
     return matmul_reference(x, wp)
   out = jax.ShapeDtypeStruct((*x.shape[:-1], p * c), jnp.float32)
-  return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(x, wp)
-
-
-def kernel_dir() -> Path:
-  """Where compiled kernels are kept (`INFERNIX_JAX_KERNEL_DIR`, else the user cache)."""
-  return Path(os.environ.get(ENV_DIR) or Path.home() / ".cache/infernix_jax/kernels")
-
-
-def _cpu_flags() -> str:
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith(("flags", "Features")):
-        return line
-  except OSError:
-    pass
-  return platform.processor()
-
-
-def _library_name(compiler: str) -> str:
-  key = hashlib.sha256()
-  for part in (_SOURCE.read_bytes(), " ".join(_FLAGS).encode(), compiler.encode(),
-               jax.__version__.encode(), platform.machine().encode(), _cpu_flags().encode()):
-    key.update(part)
-  return f"packed_gemm_{key.hexdigest()[:16]}.so"
-
-
-def _build() -> Path:
-  """Compiles the kernel unless this version is already there; returns the library path."""
-  compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-  if compiler is None:
-    raise RuntimeError("no C++ compiler (c++ or g++ on PATH, or CXX)")
-  target = kernel_dir() / _library_name(compiler)
-  if target.exists():
-    return target
-  target.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-    built = Path(tmp) / target.name
-    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(_SOURCE), "-o", str(built)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-      raise RuntimeError(f"compiling {_SOURCE.name} failed ({' '.join(cmd)}):\n{run.stderr}")
-    os.replace(built, target)  # atomic: concurrent builders leave one complete file
-  return target
-
-
-@functools.cache
-def available() -> bool:
-  """Whether the kernel is compiled, loaded and registered with XLA's CPU backend (once per
-  process; False when switched off, off CPU or when it cannot be built)."""
-  if os.environ.get(ENV_OFF, "1") == "0" or jax.default_backend() != "cpu":
-    return False
-  try:
-    library = ctypes.cdll.LoadLibrary(str(_build()))
-  except (OSError, RuntimeError) as err:
-    import warnings
-    warnings.warn(f"packed-weight kernel unavailable, using XLA's dot: {err}", stacklevel=2)
-    return False
-  jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.InfernixPackedGemm),
-                              platform="cpu")
-  return True
+  return jax.ffi.ffi_call(cpu_kernels.PACKED_GEMM, out, vmap_method="sequential")(x, wp)

@@ -77,7 +77,11 @@ def decoder_layer(cfg: ModelConfig, p, x: jax.Array, past_k: jax.Array, past_v: 
 
 def _attend_and_mlp(cfg: ModelConfig, p, x, q, keys, values, mask):
   """The rest of a layer once its queries and keys are known -> x [B, T, D]."""
-  o = layers.attention(q, keys, values, mask)
+  return _mlp_after_attention(cfg, p, x, layers.attention(q, keys, values, mask))
+
+
+def _mlp_after_attention(cfg: ModelConfig, p, x, o):
+  """The rest of a layer once its attention output o [B, T, N, H] is known -> x [B, T, D]."""
   x = x + layers.attn_out(cfg, p, o)
   return x + layers.mlp(cfg, p, x)
 
@@ -108,18 +112,8 @@ def cached_layer(cfg: ModelConfig, p, x: jax.Array, cache_k: jax.Array, cache_v:
   q, k, v = layers.project_qkv(cfg, p, h, cos, sin)
   cache_k = write_kv(cache_k, k, layer, starts)
   cache_v = write_kv(cache_v, v, layer, starts)
-  keys, values = (_span_of(cache, layer, mask.shape[-1]) for cache in (cache_k, cache_v))
-  return (_attend_and_mlp(cfg, p, x, q, keys.astype(q.dtype), values.astype(q.dtype), mask),
-          cache_k, cache_v)
-
-
-def _span_of(cache: jax.Array, layer, span: int) -> jax.Array:
-  """Layer `layer`'s first `span` slots of cache [L, B, S, G, H] -> [B, span, G, H]."""
-  if isinstance(layer, int):
-    return cache[layer, :, :span]
-  zero = jnp.zeros((), jnp.int32)
-  corner = (layer.astype(jnp.int32),) + (zero,) * (cache.ndim - 1)
-  return jax.lax.dynamic_slice(cache, corner, (1, cache.shape[1], span) + cache.shape[3:])[0]
+  o = layers.span_attention(q, cache_k, cache_v, layer, mask)
+  return _mlp_after_attention(cfg, p, x, o), cache_k, cache_v
 
 
 def layer_inputs(cfg: ModelConfig, x: jax.Array, capacity: int, starts: jax.Array,

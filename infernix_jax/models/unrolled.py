@@ -15,7 +15,7 @@ or "int8" (a quarter; symmetric per-output-column scales, f32). Matrices are con
 the activation dtype inside the product and accumulate in it; norms, biases and the
 embedding keep the model dtype.
 
-Packed products (`packed`, default: `packed_gemm.available()`): float32 matrices are stored
+Packed products (`packed`, default: `cpu_kernels.available()`): float32 matrices are stored
 as panels (`packed_gemm.pack`) and multiplied by the CPU kernel for the few rows of a
 decode or verify step, and the model carries a packed copy of its LM head
 (`Transformer.packed_head`) for the logits. A matrix whose width has no panel width stays
@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from infernix_jax.models import packed_gemm
+from infernix_jax.models import cpu_kernels, packed_gemm
 from infernix_jax.models import transformer as _transformer
 from infernix_jax.models.config import ModelConfig
 
@@ -153,8 +153,8 @@ def weights_of(model) -> str:
 
 def packs_by_default(cfg: ModelConfig, weights: str) -> bool:
   """Whether `unroll` packs by default: float32 weights of a float32 model, and the packed
-  kernel available here (`packed_gemm.available`)."""
-  return weights == "float32" and cfg.dtype == "float32" and packed_gemm.available()
+  kernel available here (`cpu_kernels.available`)."""
+  return weights == "float32" and cfg.dtype == "float32" and cpu_kernels.available()
 
 
 def unroll(model, weights: str | None = None, packed: bool | None = None):

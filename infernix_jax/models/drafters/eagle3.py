@@ -30,7 +30,7 @@ from infernix_jax.models.drafters import trees
 from infernix_jax.models.drafters.base import (DraftContext, OneHotQ, SparseQ, choose_sparse,
                                                last_valid)
 from infernix_jax.models.kv_cache import KVCache
-from infernix_jax.models.transformer import (_attend_and_mlp, _span_of, init_param,
+from infernix_jax.models.transformer import (_attend_and_mlp, _mlp_after_attention, init_param,
                                              layer_inputs, write_kv)
 
 
@@ -134,8 +134,7 @@ class Eagle3Net(nnx.Module):
     cos, sin, mask = layer_inputs(cfg, h, cache.k.shape[2], starts, None, tree)
     q, k, v = layers.project_qkv(cfg, p, attention_input(cfg, p, h, emb), cos, sin)
     ck, cv = write_kv(cache.k, k, 0, starts), write_kv(cache.v, v, 0, starts)
-    keys, values = (_span_of(c, 0, mask.shape[-1]).astype(q.dtype) for c in (ck, cv))
-    g = _attend_and_mlp(cfg, p, h, q, keys, values, mask)
+    g = _mlp_after_attention(cfg, p, h, layers.span_attention(q, ck, cv, 0, mask))
     return g, KVCache(k=ck, v=cv, lengths=cache.lengths)
 
   def logits(self, g: jax.Array) -> jax.Array:

@@ -1,5 +1,6 @@
-"""The panel-packed product kernel equals an FP64 numpy product; its rows do not depend on the
-row count; packed models equal unpacked ones and round-trip to the stacked layout."""
+"""The CPU kernels against FP64 numpy oracles: the panel-packed product and the span attention
+equal their FP64 functions, their rows do not depend on the row count (or the span), the
+attention's gradients are the reference's; packed models equal unpacked ones and round-trip."""
 
 import jax
 import jax.numpy as jnp
@@ -8,10 +9,10 @@ import pytest
 from flax import nnx
 
 from infernix_jax import models as im
-from infernix_jax.models import packed_gemm, unrolled
+from infernix_jax.models import cpu_kernels, layers, packed_gemm, unrolled
 
-needs_kernel = pytest.mark.skipif(not packed_gemm.available(),
-                                  reason="packed-weight kernel not built here (no compiler)")
+needs_kernel = pytest.mark.skipif(not cpu_kernels.available(),
+                                  reason="CPU kernels not built here (no compiler)")
 
 
 def _weights(k, n, seed=0):
@@ -42,8 +43,8 @@ def test_kernel_equals_fp64_product_and_rows_do_not_depend_on_row_count(n):
   x = x.astype(np.float32)
   want = x.astype(np.float64) @ w.astype(np.float64)
   product = jax.jit(packed_gemm.matmul)
-  assert packed_gemm.TARGET in product.lower(jnp.asarray(x[:5]), wp).as_text()
-  assert packed_gemm.TARGET not in product.lower(jnp.asarray(x), wp).as_text()
+  assert cpu_kernels.PACKED_GEMM in product.lower(jnp.asarray(x[:5]), wp).as_text()
+  assert cpu_kernels.PACKED_GEMM not in product.lower(jnp.asarray(x), wp).as_text()
   full = np.asarray(product(jnp.asarray(x[:packed_gemm.KERNEL_MAX_ROWS]), wp))
   np.testing.assert_allclose(full, want[:packed_gemm.KERNEL_MAX_ROWS], atol=2e-5, rtol=2e-5)
   for rows in (1, 5, 6, 7, 20):  # below, at and across the kernel's six-row blocks
@@ -93,3 +94,49 @@ def test_packing_needs_float32_weights():
   with pytest.raises(ValueError, match="packed products need float32 weights"):
     unrolled.unroll(model, "bfloat16", packed=True)
   assert not unrolled.packs_by_default(model.cfg, "int8")
+
+
+def _attention_fp64(q, k, v, mask):
+  """Grouped-query attention in FP64: q [B, T, N, H], k/v [B, S, G, H], mask [B, T, S]."""
+  b, t, n, h = q.shape
+  g = k.shape[2]
+  qg = q.reshape(b, t, g, n // g, h).astype(np.float64)
+  scores = np.einsum("btgqh,bsgh->bgqts", qg, k.astype(np.float64)) / np.sqrt(h)
+  scores = np.where(mask[:, None, None], scores, layers.NEG_INF)
+  probs = np.exp(scores - scores.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  return np.einsum("bgqts,bsgh->btgqh", probs, v.astype(np.float64)).reshape(b, t, n, h)
+
+
+@needs_kernel
+def test_span_attention_equals_fp64_in_place_for_any_rows_and_span():
+  rng = np.random.default_rng(5)
+  lanes, rows, capacity, span, heads, kv_heads, h = 2, 7, 48, 40, 6, 2, 32
+  q = rng.normal(size=(lanes, rows, heads, h)).astype(np.float32)
+  cache_k, cache_v = (rng.normal(size=(3, lanes, capacity, kv_heads, h)).astype(np.float32)
+                      for _ in range(2))
+  mask = rng.random((lanes, rows, span)) < 0.5
+  mask[1, 3] = False  # a row that may read nothing: uniform over the span, as the reference
+  mask[0, 4, 30:] = False  # a row whose last slots are masked (a shorter span gives the same)
+  attend = jax.jit(layers.span_attention, static_argnums=3)
+  assert cpu_kernels.SPAN_ATTENTION in attend.lower(q, cache_k, cache_v, 2, mask).as_text()
+  got = np.asarray(attend(q, cache_k, cache_v, 2, mask))
+  want = _attention_fp64(q, cache_k[2, :, :span], cache_v[2, :, :span], mask)
+  np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+  traced_layer = jax.jit(layers.span_attention)(q, cache_k, cache_v, jnp.int32(2), mask)
+  np.testing.assert_array_equal(np.asarray(traced_layer), got)
+  one_row = attend(q[:, 4:5], cache_k, cache_v, 2, mask[:, 4:5])
+  np.testing.assert_array_equal(np.asarray(one_row), got[:, 4:5])
+  shorter = attend(q[:1, 4:5], cache_k[:, :1], cache_v[:, :1], 2, mask[:1, 4:5, :30])
+  np.testing.assert_array_equal(np.asarray(shorter), got[:1, 4:5])
+  plain = jax.jit(layers.attention)(q, cache_k[2, :, :span], cache_v[2, :, :span], mask)
+  np.testing.assert_array_equal(np.asarray(plain), got)
+
+  def loss(fn):
+    return lambda q, k, v: (fn(q, k, v) * np.arange(h)).sum()
+
+  kernel = jax.grad(loss(lambda q, k, v: layers.span_attention(q, k, v, 2, mask)), (0, 1, 2))
+  ref = jax.grad(loss(lambda q, k, v: layers.attention_reference(
+      q, k[2, :, :span], v[2, :, :span], mask)), (0, 1, 2))
+  for g, r in zip(kernel(q, cache_k, cache_v), ref(q, cache_k, cache_v)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5, rtol=1e-5)
