@@ -76,7 +76,9 @@ def workload_sets(args, tok, accepts) -> tuple[dict[str, list[Workload]], dict[s
     sets["free"] = [make("free", cli.DEMO_PROMPT, None)]
   if "schemas" in args.sets:
     items = []
-    for path in sorted((DATA / args.subset).glob("*.json")):
+    paths = ([DATA / f for f in args.schema_files.split(",")] if args.schema_files
+             else sorted((DATA / args.subset).glob("*.json")))
+    for path in paths:
       if len(items) == args.prompts:
         break
       schema = json.dumps(json.loads(path.read_text(encoding="utf-8")))
@@ -85,7 +87,7 @@ def workload_sets(args, tok, accepts) -> tuple[dict[str, list[Workload]], dict[s
       if why:
         skipped[why] = skipped.get(why, 0) + 1
         continue
-      items.append(make(f"{args.subset}/{path.stem}",
+      items.append(make(f"{path.parent.name}/{path.stem}",
                         f"Answer as JSON following this schema: {schema}", schema))
     sets["schemas"] = items
   return sets, skipped
@@ -257,6 +259,12 @@ def parse_args(argv=None):
   ap.add_argument("--sets", default=None, help="comma-separated of main,free,schemas "
                   "(default: all; --quick: main,schemas)")
   ap.add_argument("--subset", default="Github_easy", help="JSONSchemaBench subset folder")
+  ap.add_argument("--schema-files", default=None,
+                  help="comma-separated JSONSchemaBench files (Subset/name.json) instead of "
+                       "the first --prompts of --subset")
+  ap.add_argument("--backend", default="auto",
+                  help="our constraint backend: auto (the fastest exact one per constraint) "
+                       "or a registered name")
   ap.add_argument("--max-schema-chars", type=int, default=2000,
                   help="skip schemas longer than this (compact JSON)")
   ap.add_argument("--k", type=int, default=4, help="drafts per round")
@@ -337,7 +345,7 @@ def main(argv=None) -> int:
     if w.schema is None:
       return None
     if w.schema not in specs:
-      specs[w.schema] = ic.OutputConstraint.json_schema(w.schema)
+      specs[w.schema] = ic.OutputConstraint.json_schema(w.schema).with_backend(args.backend)
     return specs[w.schema]
 
   def accepts(schema: str) -> str | None:

@@ -36,7 +36,9 @@ def coverage(c, data: Path, ctx) -> Iterator[dict]:
   """One "schema" record per sampled schema: covered (compiled strictly), the refused
   keyword or construct, compile seconds, and the MaskBench verdicts (valid accepted, invalid
   rejected, with the explained narrowings and gaps counted apart). Backend "auto" records
-  only the backend the resolver picks per schema (the summary takes that backend's figures)."""
+  only the backend the compiler takes per schema under "auto" (the first of
+  `backends.candidates` that compiles it; the first candidate where none does): the summary
+  takes that backend's figures."""
   from infernix_jax import constrain as ic
   from infernix_jax.constrain import backends
   from infernix_jax.testing import schema_bench as sb
@@ -45,9 +47,15 @@ def coverage(c, data: Path, ctx) -> Iterator[dict]:
   files = sb.sample_files(data, c.subset, c.coverage_schemas, c.seed)
   base = {"kind": "schema", "subset": c.subset, "backend": c.backend}
   if c.backend == "auto":
+    compiler = ic.ConstraintCompiler(ctx.get("byte_vocab", "bytes", sb.byte_vocab))
     for f in files:
       spec = ic.OutputConstraint.json_schema(f.read_text(encoding="utf-8"))
-      yield {**base, "schema": f.name, "resolved": backends.resolve(spec)}
+      try:
+        resolved = compiler.compile(spec).backend
+      except ic.ConstraintError:
+        resolved = backends.resolve(spec)
+      compiler.clear()
+      yield {**base, "schema": f.name, "resolved": resolved}
       yield _progress(f.name)
     return
   vocab = ctx.get("byte_vocab", "bytes", sb.byte_vocab)

@@ -305,8 +305,8 @@ def summary(records, c, out: Path) -> str:
             "every instance right. Narrowed: valid values the generation language cannot spell "
             "(explained); known gap: invalid values in a documented xgrammar gap; search "
             "budget: instances whose serialization search gave up (left out). `auto` takes "
-            "the backend `backends.resolve` picks per schema (xgrammar for every JSON "
-            "Schema). Intervals: 95% percentile bootstrap over schemas (coverage from the "
+            "the backend the compiler takes per schema under `auto` (the fastest measured "
+            "backend that compiles it exactly: docs/results/backend_order.md). Intervals: 95% percentile bootstrap over schemas (coverage from the "
             "counts; instance shares resample whole schemas).", ""] + cov_lines
   parts += ["## 2. Efficiency through the engine", "",
             f"Model: {c.model or 'embedded SmolLM2-135M-Instruct'} on this machine's CPU; "

@@ -196,9 +196,10 @@ class ConstraintCompiler:
   def __len__(self) -> int:
     return len(self._entries)
 
-  def __contains__(self, constraint: OutputConstraint) -> bool:
+  def __contains__(self, constraint: OutputConstraint) -> bool:  # noqa: D105
     try:
-      return self._canonical_key(constraint, backends.resolve(constraint)) in self._entries
+      return any(self._canonical_key(constraint, name) in self._entries
+                 for name in backends.candidates(constraint))
     except ValueError:  # ConstraintError included
       return False
 
@@ -215,17 +216,20 @@ class ConstraintCompiler:
 
     Args:
       constraint: the content constraint.
-      backend: a registered backend name (``backends.names()``) or ``"auto"`` (a choice of
-        at least ``trie.threshold()`` distinct values goes to the trie, everything else to
-        xgrammar: `backends.resolve`); None = ``constraint.backend`` (default ``"auto"``).
+      backend: a registered backend name (``backends.names()``) or ``"auto"`` (the backends
+        of `backends.candidates` in turn, the fastest measured for the kind first: the first
+        that compiles the constraint exactly takes it); None = ``constraint.backend``
+        (default ``"auto"``).
 
     Returns:
-      A `CompiledConstraint` (shared compiled object + this call's cache status and seconds).
+      A `CompiledConstraint` (shared compiled object + this call's cache status and seconds;
+      ``.backend`` names the backend that compiled it).
 
     Raises:
       ValueError: an unknown backend name (the message lists the registered ones).
       UnsupportedConstraintError: the chosen backend cannot express the constraint.
-      ConstraintError: the constraint is invalid or unsupported (a subclass naming where).
+      ConstraintError: the constraint is invalid or unsupported (a subclass naming where);
+        under ``"auto"``, every candidate refused it (the message says what each said).
     """
     t0 = time.perf_counter()
     if not isinstance(constraint, OutputConstraint):
@@ -239,20 +243,27 @@ class ConstraintCompiler:
         if entry is not None:
           self._entries.move_to_end(key)
           return self._done(entry, "hit", t0)
-    try:
-      name = backends.resolve(constraint, asked)
-      impl = backends.get(name)
-      impl.check(constraint)
-      key = self._canonical_key(constraint, name)
-    except errors.ConstraintError:
-      with self._stats_lock:
-        self.stats.errors += 1
-      raise
+    refusals: list[tuple[str, errors.ConstraintError]] = []
+    for name in backends.candidates(constraint, asked):
+      try:
+        return self._compile_with(name, constraint, raw, t0)
+      except errors.ConstraintError as e:
+        refusals.append((name, e))
+    with self._stats_lock:
+      self.stats.errors += 1
+    raise _refusal(refusals)
+
+  def _compile_with(self, name: str, constraint: OutputConstraint, raw: tuple | None,
+                    t0: float) -> CompiledConstraint:
+    """Compiles with backend ``name`` (or shares its cached / in-flight build)."""
+    impl = backends.get(name)
+    impl.check(constraint)
+    key = self._canonical_key(constraint, name)
     with self._lock:
-      if raw is not None:
-        self._alias[raw] = key
       entry = self._entries.get(key)
       if entry is not None:
+        if raw is not None:
+          self._alias[raw] = key
         self._entries.move_to_end(key)
         return self._done(entry, "hit", t0)
       pending = self._pending.get(key)
@@ -262,9 +273,8 @@ class ConstraintCompiler:
     if not owner:
       pending.done.wait()
       if pending.error is not None:
-        with self._stats_lock:
-          self.stats.errors += 1
         raise pending.error
+      self._alias_to(raw, key)
       return self._done(pending.entry, "waited", t0)
     try:
       with self._cold:
@@ -273,16 +283,21 @@ class ConstraintCompiler:
       pending.error = e
       with self._lock:
         del self._pending[key]
-      with self._stats_lock:
-        self.stats.errors += 1
       pending.done.set()
       raise
     pending.entry = entry
     with self._lock:
       self._insert(entry)
+      if raw is not None:
+        self._alias[raw] = key
       del self._pending[key]
     pending.done.set()
     return self._done(entry, "built", t0)
+
+  def _alias_to(self, raw: tuple | None, key: tuple) -> None:
+    if raw is not None:
+      with self._lock:
+        self._alias[raw] = key
 
   # --- keys ------------------------------------------------------------------------------------
 
@@ -360,6 +375,23 @@ class ConstraintCompiler:
     else:
       st.waited += 1
       st.waited_seconds += seconds
+
+
+def _refusal(refusals: list) -> errors.ConstraintError:
+  """The error of a constraint no candidate backend compiled.
+
+  One candidate: its own error. Several (``auto``): an invalid input (a syntax or schema
+  error, not a construct some backend lacks) is reported as the first backend said it;
+  otherwise a `NoExactBackendError` at the first refusal's location that says what every
+  backend said.
+  """
+  if len(refusals) == 1:
+    return refusals[0][1]
+  unsupported = (errors.UnsupportedConstraintError, errors.UnsupportedSchemaError)
+  for _, e in refusals:
+    if not isinstance(e, unsupported):
+      return e
+  return errors.NoExactBackendError(refusals)
 
 
 def _require_text(kind: ConstraintKind, source: Any) -> None:

@@ -62,5 +62,24 @@ class UnsupportedConstraintError(ConstraintError):
                location: str | None = None):
     self.backend, self.construct = backend, construct
     detail = f": {message}" if message else ""
-    super().__init__(f"the {backend} backend cannot express {construct}{detail}; choose "
-                     f"another backend (or 'auto')", location)
+    self.reason = f"the {backend} backend cannot express {construct}{detail}"
+    super().__init__(f"{self.reason}; choose another backend (or 'auto')", location)
+
+
+class NoExactBackendError(UnsupportedConstraintError):
+  """Under ``auto``, every registered backend refused a construct of the constraint.
+
+  Attributes:
+    refusals: ``(backend name, its error)`` in the order they were tried.
+    backend: ``"auto"``; construct, location: those of the first refusal.
+  """
+
+  def __init__(self, refusals: list):
+    first = refusals[0][1]
+    self.refusals = list(refusals)
+    said = "; ".join(f"{name}: {getattr(e, 'reason', e.message)}" for name, e in refusals)
+    ConstraintError.__init__(self, f"no registered backend enforces it exactly ({said})",
+                             first.location)
+    self.backend = "auto"
+    self.construct = getattr(first, "construct", None) or getattr(first, "keyword", None) or ""
+    self.reason = self.message

@@ -34,7 +34,7 @@ def build_session(request: GenerationRequest, compiler: Any):
     return None, None
   compiled = compiler.compile(request.constraint, backend=request.backend)
   session = compiled.new_session()
-  report = ConstraintReport(kind=constraint_kind(request.constraint))
+  report = ConstraintReport(kind=constraint_kind(request.constraint), backend=compiled.backend)
   report.cache = compiled.cache_status
   report.compile_seconds = float(compiled.compile_seconds)
   return session, report
@@ -58,7 +58,7 @@ def _framed_session(request: GenerationRequest, compiler: Any):
   if session is None:  # tools on the free route (Automatic policy): decode only
     return None, None
   kind = constraint_kind(request.constraint) if request.constraint is not None else "tools"
-  report = ConstraintReport(kind=kind, branch=session.branch)
+  report = ConstraintReport(kind=kind, backend=prepared.compiled.backend, branch=session.branch)
   report.cache = prepared.compiled.cache_status
   report.compile_seconds = time.perf_counter() - t0
   return session, report

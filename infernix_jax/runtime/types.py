@@ -248,6 +248,7 @@ class ConstraintReport:
   """Constraint state and costs of one request (present when a constraint was active)."""
 
   kind: str  # grammar / json_object / json_schema / choice / regex
+  backend: str = ""  # the constraint backend that compiled it ("auto" resolved)
   branch: str = "content"  # undecided / content / tools
   complete: bool = False  # the committed output may end now
   terminated: bool = False  # EOS was accepted

@@ -1,4 +1,4 @@
-"""JSON Schemas as the server takes them: strict (closed) objects, and the backend fallback.
+"""JSON Schemas as the server takes them: strict (closed) objects, and the lenient fallback.
 
 `strict: true` (OpenAI's structured outputs, and vLLM's default through xgrammar's strict
 mode) means an object accepts no property beyond those it lists: `close` writes
@@ -6,10 +6,10 @@ mode) means an object accepts no property beyond those it lists: `close` writes
 properties, and `items: false` after a `prefixItems` tuple that says nothing about more
 items. `strict: false` keeps JSON Schema's own default (objects open).
 
-`prepare` turns a parsed request into an engine request with the schema fallback: under the
-"auto" backend a schema that xgrammar (through our checker) cannot express exactly is tried
-on llguidance, and only then refused, or, with `lenient`, compiled with the unenforceable
-keywords dropped (reported in the response's usage).
+`prepare` turns a parsed request into an engine request: under the "auto" backend the
+compiler tries every backend, fastest first, and a schema none enforces exactly is refused,
+or, with `lenient`, compiled with the unenforceable keywords dropped (reported in the
+response's usage).
 """
 
 from __future__ import annotations
@@ -74,11 +74,13 @@ def client_message(message: str, lenient_field: str) -> str:
 
 
 def prepare(llm, parsed, **extra):
-  """`llm.prepare` of a parsed request, with the schema fallback of the "auto" backend.
+  """`llm.prepare` of a parsed request, with the lenient fallback for JSON Schemas.
 
-  Order: the request as given (xgrammar through our checker under "auto"); then, for a JSON
-  Schema under "auto", llguidance; then, if the request asked for `lenient`, the schema with
-  its unenforceable keywords dropped. A refusal names only body fields.
+  Under the "auto" backend the compiler already tries every backend, fastest first, and
+  takes the first that enforces the schema exactly (`constrain.backends.candidates`); only
+  when none does and the request asked for `lenient` is the schema compiled with its
+  unenforceable keywords dropped. Under an explicit backend, `lenient` compiles leniently at
+  once. A refusal names only body fields.
 
   Returns:
     (prepared, dropped): the `api.PreparedRequest` and the `(json_pointer, keyword)` pairs a
@@ -101,43 +103,24 @@ def prepare(llm, parsed, **extra):
       raise RequestError(parsed.field(e.param), client_message(e.message, lenient_field)
                          ) from None
 
-  if schema is None or llm.backend != "auto":
-    if lenient and schema is None:
+  if schema is None:
+    if lenient:
       raise RequestError(lenient_field, "applies to JSON Schema constraints only")
-    if not lenient:
-      return attempt(), ()
-    prepared = attempt(lenient=True)
-    compiled = llm.compiler.compile(ic.OutputConstraint.json_schema(json.dumps(schema),
-                                                                    lenient=True),
-                                    backend=llm.backend)
-    return prepared, tuple(compiled.dropped)
-  try:
     return attempt(), ()
-  except RequestError as first:
-    if first.param != parsed.field("json_schema"):
-      raise
-    text = json.dumps(schema)
-    if _has_backend("llguidance"):
-      try:
-        return attempt(json_schema=None,
-                       constraint=ic.OutputConstraint.json_schema(text).with_backend(
-                           "llguidance")), ()
-      except RequestError:
-        pass
-    if not lenient:
-      hint = "" if lenient_field in first.message else (
-          f"; or set {lenient_field}: true to drop the keywords no backend enforces")
-      raise RequestError(first.param, f"{first.message} (neither xgrammar nor llguidance "
-                         f"enforces it exactly{hint})") from None
-    prepared = attempt(lenient=True)
-    compiled = llm.compiler.compile(ic.OutputConstraint.json_schema(text, lenient=True))
-    return prepared, tuple(compiled.dropped)
-
-
-def _has_backend(name: str) -> bool:
-  from infernix_jax.constrain import backends
-  try:
-    backends.get(name)
-  except (ValueError, ImportError):
-    return False
-  return True
+  if not lenient or llm.backend == "auto":
+    try:
+      return attempt(), ()
+    except RequestError as first:
+      schema_field = first.param == parsed.field("json_schema")
+      if lenient and schema_field:
+        pass  # no backend enforces it whole: compile it leniently below
+      elif schema_field and "enforces it exactly" in first.message:
+        raise RequestError(first.param, f"{first.message}; or set {lenient_field}: true to "
+                           "drop the keywords no backend enforces") from None
+      else:
+        raise
+  prepared = attempt(lenient=True)
+  compiled = llm.compiler.compile(ic.OutputConstraint.json_schema(json.dumps(schema),
+                                                                  lenient=True),
+                                  backend=llm.backend)
+  return prepared, tuple(compiled.dropped)

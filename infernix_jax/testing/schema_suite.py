@@ -157,7 +157,8 @@ def run_file(path: Path, vocab: Any, eos_id: int, *, draft7: bool = False,
 def _constraint(source: str) -> Any:
   from infernix_jax.constrain.spec import OutputConstraint
 
-  return OutputConstraint.json_schema(source)
+  # The replay checks our xgrammar path's sessions against the xgrammar matcher it walked.
+  return OutputConstraint.json_schema(source).with_backend("xgrammar")
 
 
 def suite_files(root: Path, draft: str) -> list[Path]:

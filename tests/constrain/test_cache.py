@@ -127,12 +127,16 @@ def test_concurrent_cold_compiles_share_one_build(monkeypatch):
   assert c.stats.built == 1 and c.stats.waited == 5
 
 
-def test_shared_build_error_reaches_every_waiter(monkeypatch):
+@pytest.mark.parametrize("backend", ["xgrammar", "auto"])
+def test_shared_build_error_reaches_every_waiter(monkeypatch, backend):
+  from infernix_jax.constrain import backends
+
   info = _instrument(monkeypatch, 0.3)
   c = ic.ConstraintCompiler(toy_vocab())
-  spec = ic.OutputConstraint.regex("(a")
+  spec = ic.OutputConstraint.regex("(a").with_backend(backend)
   results = _run_threads([lambda: c.compile(spec)] * 4)
-  assert info["calls"] == 1
+  # One shared build per backend tried ("auto" tries each candidate once).
+  assert info["calls"] == len(backends.candidates(spec))
   assert all(isinstance(r, ic.RegexError) for r in results)
   assert len(c) == 0
 

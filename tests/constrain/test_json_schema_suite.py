@@ -46,6 +46,6 @@ def test_suite(draft, byte_vocab, compiler):
     ('{"$ref": "http://localhost:1234/draft2020-12/integer.json"}', "$ref"),
 ])
 def test_unsupported_names_keyword_through_compiler(compiler, schema, keyword):
-  with pytest.raises(ic.UnsupportedSchemaError) as e:
+  with pytest.raises((ic.UnsupportedSchemaError, ic.NoExactBackendError)) as e:
     compiler.compile(ic.OutputConstraint.json_schema(schema))
   assert e.value.location.endswith(keyword)

@@ -240,7 +240,8 @@ def test_buffers_off_the_fast_check():
 
 def test_matcher_calls_without_the_ffi_object(qwen3_vocab):
   """The public-method fallback of `_xgr.matcher_calls` fills and walks the same."""
-  compiled = ic.ConstraintCompiler(qwen3_vocab).compile(ic.OutputConstraint.json_schema(SCHEMA))
+  compiled = ic.ConstraintCompiler(qwen3_vocab).compile(ic.OutputConstraint.json_schema(SCHEMA),
+                                                        backend="xgrammar")
   direct = _xgr.matcher_calls(_xgr.new_matcher(compiled._entry.grammar))
   m = _xgr.new_matcher(compiled._entry.grammar)
   public = _xgr.matcher_calls(types.SimpleNamespace(

@@ -197,7 +197,8 @@ def test_buffer_checks():
 def test_qwen3_json_session(qwen3_vocab):
   compiler = ic.ConstraintCompiler(qwen3_vocab)
   compiled = compiler.compile(ic.OutputConstraint.json_schema(
-      '{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}'))
+      '{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}'),
+      backend="xgrammar")
   s = compiled.new_session()
   v = qwen3_vocab
   forced = s.forced_tokens(4)
@@ -241,10 +242,10 @@ def test_json_object_root_and_whitespace_runs_of_at_most_32():
 def test_schema_errors_and_lenient_drops():
   c = ic.ConstraintCompiler(_byte_vocab())
   schema = '{"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}'
-  with pytest.raises(ic.UnsupportedSchemaError) as e:
-    c.compile(ic.OutputConstraint.json_schema(schema))
+  with pytest.raises(ic.UnsupportedSchemaError) as e:  # our xgrammar path enforces no format
+    c.compile(ic.OutputConstraint.json_schema(schema), backend="xgrammar")
   assert e.value.location == "/properties/a/format"
-  lenient = c.compile(ic.OutputConstraint.json_schema(schema, lenient=True))
+  lenient = c.compile(ic.OutputConstraint.json_schema(schema, lenient=True), backend="xgrammar")
   assert lenient.dropped == (("/properties/a/format", "format"),)
   with pytest.raises(ic.SchemaError):
     c.compile(ic.OutputConstraint.json_schema("{not json"))

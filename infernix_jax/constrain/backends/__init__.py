@@ -3,7 +3,7 @@
   from infernix_jax.constrain import backends
   backends.names()                 # ("xgrammar", "trie", ...) in registration order
   backend = backends.get("trie")   # a ConstraintBackend (imported on first use)
-  backends.resolve(constraint)     # the name that compiles it ("auto" routed)
+  backends.candidates(constraint)  # the names to try, in order ("auto": fastest first)
 
 Adding a backend: one module implementing `ConstraintBackend` and the `Matcher` primitives
 (`backends/base.py`; its sessions are `constrain.session.MatcherSession`s over them, which
@@ -15,6 +15,7 @@ matcher library (nor what it imports).
 from __future__ import annotations
 
 import importlib
+import json
 import threading
 from typing import Any
 
@@ -92,7 +93,7 @@ def requested(constraint: Any, backend: str | None = None) -> str:
 
 
 def route_key(name: str) -> tuple:
-  """What `resolve` depends on besides the constraint (exact-source cache aliases hold it)."""
+  """What `candidates` depends on besides the constraint (exact-source cache aliases hold it)."""
   if name != AUTO:
     return (name,)
   from infernix_jax.constrain.trie.dispatch import threshold
@@ -100,22 +101,61 @@ def route_key(name: str) -> tuple:
   return (AUTO, threshold())
 
 
-def resolve(constraint: Any, backend: str | None = None) -> str:
-  """The name of the backend that compiles ``constraint``.
+def candidates(constraint: Any, backend: str | None = None) -> tuple[str, ...]:
+  """The backends that may compile ``constraint``, in the order to try them.
 
-  An explicit name (``backend``, else ``constraint.backend``) is taken as is. ``"auto"``:
-  a bare choice with at least ``trie.threshold()`` distinct values goes to the trie (its
-  compile and masks are faster there, docs/results/trie.md), everything else to xgrammar.
+  An explicit name (``backend``, else ``constraint.backend``) is the only candidate.
+  ``"auto"``: a bare choice with at least ``trie.threshold()`` distinct values goes to the
+  trie first (its compile and masks are faster there, docs/results/trie.md); then the
+  registered backends in the measured order for the constraint's kind (`auto_order`: the
+  fastest per mask first, docs/results/backend_order.md), then any other registered backend
+  but the trie. The compiler takes the first that compiles the constraint exactly and goes
+  on to the next when one refuses it.
 
   Raises:
     ValueError: an unknown backend name (the message lists the registered ones).
   """
   name = requested(constraint, backend)
   if name != AUTO:
-    return name
+    return (name,)
+  order: list[str] = []
   if _is_large_choice(constraint) and "trie" in _REGISTRY:
-    return "trie"
-  return "xgrammar"
+    order.append("trie")
+  kind = str(getattr(constraint.kind, "value", constraint.kind))
+  for n in auto_order().get(kind, ()) + tuple(_REGISTRY):
+    if n in _REGISTRY and n not in order and n != "trie":
+      order.append(n)
+  return tuple(order)
+
+
+def resolve(constraint: Any, backend: str | None = None) -> str:
+  """The first backend ``candidates`` names for ``constraint`` (an explicit name as is).
+
+  Raises:
+    ValueError: an unknown backend name (the message lists the registered ones).
+  """
+  return candidates(constraint, backend)[0]
+
+
+_ORDER_FILE = "auto_order.json"
+_order: dict[str, tuple[str, ...]] | None = None
+
+
+def auto_order() -> dict[str, tuple[str, ...]]:
+  """Per constraint kind, the backends ``auto`` tries first, fastest first: the table
+  `benchmarks/backend_order.py --write` measured (package data ``auto_order.json``)."""
+  global _order
+  if _order is None:
+    from importlib import resources
+
+    path = resources.files(__name__).joinpath(_ORDER_FILE)
+    try:
+      table = json.loads(path.read_text(encoding="utf-8"))["order"]
+      _order = {str(k): tuple(str(n) for n in v) for k, v in table.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+      raise RuntimeError(f"{path}: the backend order table is unreadable ({e}); "
+                         "regenerate it with benchmarks/backend_order.py --write") from None
+  return _order
 
 
 def exports_automaton(session: Any) -> bool:
@@ -149,7 +189,7 @@ def _is_large_choice(constraint: Any) -> bool:
 
 
 __all__ = ["AUTO", "BuildResult", "ConstraintBackend", "ConstraintSession", "Matcher",
-           "exports_automaton", "fill_rows", "get", "names", "register", "requested", "resolve",
+           "auto_order", "candidates", "exports_automaton", "fill_rows", "get", "names", "register", "requested", "resolve",
            "route_key"]
 
 register("infernix_jax.constrain.backends.xgrammar:XGrammarBackend", name="xgrammar")

@@ -51,6 +51,11 @@ class CompiledGrammarFacts:
     return self.grammar.cache_status
 
   @property
+  def backend(self) -> str:
+    """The registry name of the backend that compiled the grammar."""
+    return self.grammar.backend
+
+  @property
   def compile_seconds(self) -> float:
     return self.grammar.compile_seconds
 
