@@ -388,7 +388,9 @@ class HostState:
     """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
 
     A row whose verification reached a DeadEnd, whose logits were non-finite, whose session
-    or stream callback raised, or that was cancelled commits nothing and fails alone.
+    or stream callback raised, or that was cancelled commits nothing and fails alone. An
+    unconstrained row whose extra stop string ends in the round commits its tokens through
+    the one that completes it and finishes (`Lane.find_stop`).
 
     Args:
       accepted: i32[B] drafts accepted; tokens: i32[B, P] (-1 after the last);
