@@ -388,7 +388,9 @@ class HostState:
     """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
 
     A row whose verification reached a DeadEnd, whose logits were non-finite, whose session
-    or stream callback raised, or that was cancelled commits nothing and fails alone.
+    or stream callback raised, or that was cancelled commits nothing and fails alone. An
+    unconstrained row whose extra stop string ends in the round commits its tokens through
+    the one that completes it and finishes (`Lane.find_stop`).
 
     Args:
       accepted: i32[B] drafts accepted; tokens: i32[B, P] (-1 after the last);
@@ -448,6 +450,10 @@ class HostState:
               f"the constraint session accepted {int(r.accepted)} of {len(out)} tokens the "
               f"kernel produced under its own mask", lane.request.request_id)))
           continue
+      if lane.session is None:  # an extra stop string ends the output at its token
+        cut = lane.find_stop([t for t in out if t not in eos])
+        if cut is not None:
+          out, finish = out[:cut], FinishReason.STOP_STRING
       lane.rounds.append(RoundStat(drafted=int(n_drafts[b]), accepted=min(n, len(out))))
       plans.append((b, lane, out, finish, None))
     # Model-state commit: the cache keeps anchor + out[:-1]; out[-1] is the next anchor.
@@ -485,9 +491,6 @@ class HostState:
         lane.fail(SessionFailure(f"request {lane.request.request_id}: commit or streaming "
                                  f"raised {type(e).__name__}: {e}", lane.request.request_id))
         continue
-      if (finish is None and lane.session is None
-          and len(lane.output) >= lane.request.min_tokens and lane.check_stop_strings()):
-        finish = FinishReason.STOP_STRING
       if finish == FinishReason.STOP and len(lane.output) < lane.request.min_tokens:
         lane.min_tokens_unmet = True  # the grammar allowed EOS alone: it forced the end
       if finish is not None:

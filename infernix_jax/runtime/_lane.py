@@ -23,7 +23,7 @@ class Lane:
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   output: list[int] = dataclasses.field(default_factory=list)
   rounds: list[RoundStat] = dataclasses.field(default_factory=list)
-  text_parts: list[str] = dataclasses.field(default_factory=list)
+  text: str = ""  # the decoded output text (cut at an extra stop string when one ended it)
   cancelled: bool = False
   finish: FinishReason | None = None
   error: GenerationError | None = None
@@ -38,6 +38,10 @@ class Lane:
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+    self._stops = tuple(x for x in self.request.stop if x)
+    self._sent = 0  # characters of `text` streamed
+    self._search_from = 0  # no stop string starts before this character of `text`
+    self._stop_at: int | None = None  # the text ends here: the first stop string starts here
     if self.request.logprobs is not None and self.logprobs is None:
       self.logprobs = []
 
@@ -71,12 +75,61 @@ class Lane:
     return self.request.max_tokens - len(self.output)
 
   def publish(self, tokens: list[int], final: bool) -> None:
-    """Appends committed tokens (EOS excluded) and streams them."""
+    """Appends committed tokens (EOS excluded) and streams them.
+
+    The event's text stops short of any extra stop string: text that a stop string could
+    still start in (a suffix that is a prefix of one, or a whole one not looked for yet,
+    before min_tokens) is held back until it cannot, or until the final event.
+    """
     self.output.extend(tokens)
-    text = self._utf8.decode(self.vocab.decode(tokens), final=final) if tokens or final else ""
-    self.text_parts.append(text)
+    if tokens or final:
+      self.text += self._utf8.decode(self.vocab.decode(tokens), final=final)
+    if self._stop_at is not None:
+      self.text = self.text[:self._stop_at]
+    end = len(self.text) if final else max(self._sent, self._held_from())
+    text, self._sent = self.text[self._sent:end], end
     if self.request.on_token is not None and (tokens or final):
       self.request.on_token(TokenEvent(self.request.request_id, tuple(tokens), text, final))
+
+  def _held_from(self) -> int:
+    """The first character of `text` where an extra stop string may still start."""
+    text, held = self.text, len(self.text)
+    for s in self._stops:
+      whole = text.find(s, self._search_from)
+      if whole >= 0:
+        held = min(held, whole)
+      for n in range(min(len(s) - 1, len(text)), 0, -1):
+        if s.startswith(text[-n:]):
+          held = min(held, len(text) - n)
+          break
+    return held
+
+  def find_stop(self, tokens: list[int]) -> int | None:
+    """Where an extra stop string ends the output within `tokens`, the next output tokens
+    (EOS excluded), the way one-token rounds would find it: after each token that brings
+    the output to min_tokens or more, the first stop string in the whole text so far.
+
+    Returns:
+      The count of `tokens` to keep (through the token that completes the stop string; the
+      text will end where that stop string starts), or None when none ends the output.
+    """
+    if not self._stops:
+      return None
+    longest = max(len(s) for s in self._stops)
+    state, text = self._utf8.getstate(), self.text
+    try:
+      for j, t in enumerate(tokens):
+        text += self._utf8.decode(self.vocab.decode([t]))
+        if len(self.output) + j + 1 < self.request.min_tokens:
+          continue
+        hits = [i for i in (text.find(s, self._search_from) for s in self._stops) if i >= 0]
+        if hits:
+          self._stop_at = min(hits)
+          return j + 1
+        self._search_from = max(self._search_from, len(text) - longest + 1)
+    finally:
+      self._utf8.setstate(state)
+    return None
 
   def fail(self, error: GenerationError) -> None:
     """Ends the request with `error` (cancelled or error); a raising stream callback is
@@ -90,17 +143,6 @@ class Lane:
     except Exception:  # noqa: BLE001
       pass
 
-  def check_stop_strings(self) -> bool:
-    """Unconstrained rows: truncates the text at the first extra stop string, if any."""
-    if not self.request.stop:
-      return False
-    text = "".join(self.text_parts)
-    hits = [text.find(s) for s in self.request.stop if s and s in text]
-    if not hits:
-      return False
-    self.text_parts = [text[:min(hits)]]
-    return True
-
   def result(self) -> GenerationResult:
     """The final result (after `finish` is set)."""
     report = self.report
@@ -111,7 +153,7 @@ class Lane:
     err = self.error
     result = GenerationResult(
         request_id=self.request.request_id, token_ids=list(self.output),
-        text="".join(self.text_parts), finish_reason=self.finish or FinishReason.ERROR,
+        text=self.text, finish_reason=self.finish or FinishReason.ERROR,
         prompt_tokens=len(self.request.prompt_ids), error=str(err) if err else None,
         error_kind=err.kind if err else None, constraint=report, rounds=list(self.rounds),
         wall_seconds=time.perf_counter() - self.t_start, thinking_forced_close=self.forced_close,
