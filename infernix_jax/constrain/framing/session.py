@@ -314,7 +314,8 @@ class FramedSession(DecodedSession):
       if i == len(drafts):
         break
       d = int(drafts[i])
-      if not mask_layout.bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
+      if not mask_layout.allows(out[i], d, self.vocab.size):  # illegal draft (an id outside
+        # 0..V-1 included): position i stays Ready, the later ones Unreachable
         states[i + 1:], out[i + 1:len(states)] = mask_layout.UNREACHABLE, 0
         break
       comp.advance(d)
