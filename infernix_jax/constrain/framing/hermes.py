@@ -11,8 +11,9 @@ more calls; none = content only (not parsed for calls); required = one or more c
 content; a named choice = one call to that tool. Parallel calls are separated by one newline.
 Each tool's ``parameters`` JSON Schema constrains its arguments (`tools.arguments_checked`:
 always but under the Automatic policy's auto) in the constraint layer's subset: strict tools
-close every object and reject unsupported keywords, others keep objects open and drop them. A content constraint
-beside active tools must be JSON (its first byte then tells content from a call).
+close every object and reject unsupported keywords, others keep objects open and drop them.
+A content constraint beside active tools must be JSON (its first byte then tells content from
+a call).
 
 The tool definitions reach the model through the system turn (`tool_instructions`), so any
 chat template can carry them.
