@@ -119,6 +119,7 @@ def _toy_reference():
   return eng.generate(_requests(TOY_SPECS, TOY_PROMPTS, 12))
 
 
+@pytest.mark.slow  # an engine per cell
 @pytest.mark.parametrize("as_tree", [False, True])
 @pytest.mark.parametrize("on_device", [False, True])
 def test_toy_engine_output_equals_ordinary_decoding(as_tree, on_device):
@@ -136,6 +137,7 @@ def test_toy_engine_output_equals_ordinary_decoding(as_tree, on_device):
   assert sum(g.drafted for g in got) > 0 and sum(g.accepted for g in got) > 0
 
 
+@pytest.mark.slow  # two engines over the full Qwen3 logits width
 def test_qwen_tool_call_engine_output_equals_ordinary_decoding(qwen3_vocab):  # noqa: F811
   """The reported case: a non-strict Qwen tool call (name companion) on a model whose logits
   (Vm 151936) are wider than the mask (4740 words = 151680 ids) and the vocabulary (V)."""
