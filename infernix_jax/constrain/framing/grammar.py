@@ -47,7 +47,8 @@ class FramedGrammar:
     contracts: argument contract per callable tool name (decoder's value encodings).
     tools_active: whether ``<tool_call>`` may open calls.
     content_json: the content branch is a JSON language (union with calls under auto).
-    nonstrict: some callable tool is non-strict (the name-uniqueness companion runs).
+    nonstrict: some callable tool is non-strict (the name companion runs: names unique,
+      required names present before the close).
     key: stable identity of the language (compile cache key).
   """
   ebnf: str | None
