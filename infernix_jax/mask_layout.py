@@ -51,14 +51,32 @@ def unpack(words: np.ndarray, vocab_size: int) -> np.ndarray:
 
 
 def bit(words: np.ndarray, token: int) -> bool:
-  """Whether ``token``'s bit is set in the packed words ``[W]`` (int32 or uint32)."""
+  """Whether ``token``'s bit is set in the packed words ``[W]`` (int32 or uint32); False for
+  an id outside ``0..32*W-1`` (a negative id must not wrap to the last word)."""
+  if not 0 <= token < 32 * words.shape[-1]:
+    return False
   return bool((int(words[token >> 5]) >> (token & 31)) & 1)
 
 
+def allows(words: np.ndarray, token: int, vocab_size: int) -> bool:
+  """Whether ``token`` is legal under the packed words ``[W]`` of a vocabulary of
+  ``vocab_size`` (V) tokens: its bit is set and it is a tokenizer id.
+
+  The one range rule for draft ids: an id outside ``0..V-1`` (negative, in the logits'
+  padding ``V..Vm-1``, past the logits, or past the mask words) is never legal, so a draft
+  holding one is an illegal draft at its position like any other.
+  """
+  return 0 <= token < vocab_size and bool((int(words[token >> 5]) >> (token & 31)) & 1)
+
+
 def bits(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
-  """Whether each of ``ids`` (int array [n]) has its bit set in the packed words ``[W]``."""
+  """Whether each of ``ids`` (int array [n]) has its bit set in the packed words ``[W]``
+  (False for ids outside ``0..32*W-1``)."""
   u = words.view(np.uint32)
-  return ((u[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+  ids = np.asarray(ids)
+  inside = (ids >= 0) & (ids < 32 * u.shape[-1])
+  safe = np.where(inside, ids, 0)
+  return inside & ((u[safe >> 5] >> (safe & 31).astype(np.uint32)) & 1).astype(bool)
 
 
 def clear_bit(words: np.ndarray, token: int) -> None:

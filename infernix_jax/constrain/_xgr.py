@@ -152,15 +152,16 @@ def ebnf_of_regex(pattern: str) -> str:
 
 
 def ebnf_of_json_schema(schema: str, *, compact: bool, max_whitespace: int = 0) -> str:
-  """EBNF text (entry ``root``) of a JSON Schema (no compile).
+  """EBNF text (entry ``root``) of a JSON Schema (no compile); objects follow the schema's
+  own ``additionalProperties`` (close them first for strict mode: `schema.close`).
 
   Args:
-    compact: no free whitespace, ``, `` / ``: `` separators, objects closed to their declared
-      properties (strict tool arguments); else whitespace runs of at most ``max_whitespace``.
+    compact: no free whitespace, ``, `` / ``: `` separators (tool arguments); else
+      whitespace runs of at most ``max_whitespace``.
   """
   if compact:
     return str(xgr.Grammar.from_json_schema(schema, any_whitespace=False,
-                                            separators=(", ", ": "), strict_mode=True))
+                                            separators=(", ", ": "), strict_mode=False))
   return str(xgr.Grammar.from_json_schema(schema, any_whitespace=True,
                                           max_whitespace_cnt=max_whitespace, strict_mode=False))
 

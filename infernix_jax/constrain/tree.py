@@ -82,7 +82,7 @@ def illegal_nodes(drafts, parents, n: int, mask: np.ndarray, states: np.ndarray)
       continue
     row = p + 1
     d = int(drafts[j])
-    legal = (states[row] == mask_layout.READY and 0 <= d < 32 * mask.shape[1]
-             and (int(mask[row, d >> 5]) >> (d & 31)) & 1)
+    # (bits of ids >= V are 0 by the layout; `bit` is False outside the words)
+    legal = states[row] == mask_layout.READY and mask_layout.bit(mask[row], d)
     out[j] = not legal
   return out

@@ -237,8 +237,14 @@ class Transformer(nnx.Module):
         nnx.Param(jnp.asarray(packed_gemm.pack(np.asarray(head, np.float32)))) if packed else None)
 
   def embed_tokens(self, tokens: jax.Array) -> jax.Array:
-    """Token ids [B, T] -> embeddings [B, T, D]."""
-    return jnp.take(self.embed[...], tokens, axis=0)
+    """Token ids [B, T] -> embeddings [B, T, D].
+
+    An id outside 0..Vm-1 (a draft a drafter proposed outside the vocabulary: negative or
+    past the logits) reads a clipped row instead of NaN: such a draft is rejected at its
+    position, and a NaN input there would poison the earlier positions' attention through
+    the zero-weighted values.
+    """
+    return jnp.take(self.embed[...], tokens, axis=0, mode="clip")
 
   def logits(self, hidden: jax.Array) -> jax.Array:
     """Pre-norm hidden [..., D] -> f32 logits [..., Vm] (final RMSNorm, then the LM head)."""

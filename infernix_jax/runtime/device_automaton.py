@@ -85,19 +85,37 @@ class DeviceAutomaton:
         max_words=max(1, int(tables.max_words)))
 
 
+def token_ids(token) -> jax.Array:
+  """Token ids as int32 with no wrap-around: an id that int32 cannot hold (a wider integer
+  input, e.g. 2**32 + 5) becomes -1, which no state accepts, instead of wrapping to a
+  possibly legal id. Ids in int32 but outside 0..V-1 need nothing here: `step` finds no edge
+  for them, so they are illegal drafts like any other."""
+  if not isinstance(token, jax.Array):
+    token = np.asarray(token)
+    if token.dtype.kind not in "iu":
+      raise TypeError(f"token ids must be integers, got dtype {token.dtype}")
+  if token.dtype.itemsize > 4 or token.dtype == np.uint32:
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    fits = (token >= lo) & (token <= hi)
+    token = (jnp.where(fits, token, -1) if isinstance(token, jax.Array)
+             else np.where(fits, token, -1))
+  return jnp.asarray(token, jnp.int32)
+
+
 def step(auto: DeviceAutomaton, node: jax.Array, token: jax.Array) -> jax.Array:
   """The state after ``token`` from ``node`` (``auto.dead`` when the token is illegal).
 
   Args:
     auto: the device automaton.
     node: int32 [...] states (anything outside 0..S-1 is treated as dead).
-    token: int32 [...] token ids (broadcast against ``node``).
+    token: int [...] token ids (broadcast against ``node``); an id outside 0..V-1 (negative,
+      in the logits' padding, past it) has no edge: the result is ``auto.dead``.
 
   Returns:
     int32 [...] next states.
   """
   node = jnp.asarray(node, jnp.int32)
-  token = jnp.asarray(token, jnp.int32)
+  token = token_ids(token)
   node, token = jnp.broadcast_arrays(node, token)
   in_range = (node >= 0) & (node <= auto.dead)
   node = jnp.where(in_range, node, auto.dead)
@@ -168,7 +186,7 @@ def lookahead(auto: DeviceAutomaton, node: jax.Array, drafts: jax.Array,
     after drafts[:i] (dead once a draft was illegal).
   """
   node = jnp.asarray(node, jnp.int32)
-  drafts = jnp.asarray(drafts, jnp.int32)
+  drafts = token_ids(drafts)
   n_drafts = jnp.asarray(n_drafts, jnp.int32)
   k = drafts.shape[1]
 
@@ -243,7 +261,7 @@ def tree_lookahead(auto: DeviceAutomaton, node: jax.Array, drafts: jax.Array,
     (masks int32 [B, N + 1, W], states int8 [B, N + 1]) with `lookahead`'s semantics.
   """
   node = jnp.asarray(node, jnp.int32)
-  drafts = jnp.asarray(drafts, jnp.int32)
+  drafts = token_ids(drafts)
   parents = jnp.asarray(parents, jnp.int32)
   b, k = drafts.shape
   path = jnp.concatenate([node[:, None], jnp.full((b, k), auto.dead, jnp.int32)], axis=1)

@@ -58,7 +58,8 @@ def test_parse_tools_and_choice():
 
 
 @pytest.mark.parametrize("params, where", [
-    ({"type": "object", "properties": {"a": {"type": "string"}}}, "/additionalProperties"),
+    ({"type": "object", "additionalProperties": True, "properties": {"a": {"type": "string"}}},
+     "/additionalProperties"),
     ({"type": "object", "additionalProperties": False,
       "properties": {"a": {"type": ["string", "integer"]}}}, "/properties/a"),
     ({"type": "object", "additionalProperties": False,

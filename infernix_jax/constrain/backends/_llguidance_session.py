@@ -194,11 +194,11 @@ class LLGuidanceMatcher:
         if not masks[i].any():
           return False
         d = chain[i] if i < len(chain) else None
-        before = d is not None and 0 <= d < self._v and mask_layout.bit(masks[i], d)
+        before = d is not None and mask_layout.allows(masks[i], d, self._v)
         self.widen(masks[i])
         if d is None:
           return False
-        now = 0 <= d < self._v and mask_layout.bit(masks[i], d)
+        now = mask_layout.allows(masks[i], d, self._v)
         if now != before:
           return True
         if not now or d in self.eos_ids:

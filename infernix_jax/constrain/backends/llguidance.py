@@ -463,7 +463,7 @@ def _states_from_masks(masks: np.ndarray, chain: list, v: int, eos_ids: frozense
       masks[i + 1:] = 0
       break
     d = chain[i]
-    if not (0 <= d < v and mask_layout.bit(masks[i], d)) or d in eos_ids:
+    if not mask_layout.allows(masks[i], d, v) or d in eos_ids:
       masks[i + 1:] = 0
       break
   return states

@@ -30,8 +30,8 @@ from infernix_jax.constrain.framing.session import (CompiledFraming, DecodedSess
 from infernix_jax.constrain.framing.thinking import (FORCED_CLOSE, THINK_SEPARATOR, OutputPhase,
                                                      QwenFraming, phase_of_prompt)
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
-                                                  ToolPolicy, parse_tools, resolve_choice,
-                                                  tools_from_bfcl)
+                                                  ToolPolicy, arguments_checked, parse_tools,
+                                                  resolve_choice, tools_from_bfcl)
 
 __all__ = [
     "ChatTemplate", "CompiledFraming", "ContentDelta", "ContentGrammar", "DecodeError",
@@ -40,7 +40,8 @@ __all__ = [
     "OutputPhase", "ParamContract",
     "PreparedOutput", "QwenFraming", "ReasoningDelta", "THINK_SEPARATOR", "ToolCall",
     "ToolCallDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "ToolContract",
-    "ToolDefinition", "ToolMode", "ToolPolicy", "build_grammar", "parse_tools",
+    "ToolDefinition", "ToolMode", "ToolPolicy", "arguments_checked", "build_grammar",
+    "parse_tools",
     "decode_output", "hermes", "new_output_decoder", "phase_of_prompt",
     "prepare_for_request", "prepare_output", "render_chat", "resolve_choice",
     "tools_from_bfcl",

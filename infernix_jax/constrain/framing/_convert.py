@@ -23,16 +23,22 @@ def _check_schema(text: str, lenient: bool = False) -> str:
   return check_json_schema(text, lenient=lenient).schema_json
 
 
-def json_value_ebnf(schema: Mapping[str, Any] | bool, *, lenient: bool = False) -> str:
-  """EBNF (entry ``root``) of a strict tool argument value: compact ``, `` / ``: `` separators,
-  no free whitespace, objects closed to their declared properties, declared order.
+def json_value_ebnf(schema: Mapping[str, Any] | bool, *, lenient: bool = False,
+                    closed: bool = True) -> str:
+  """EBNF (entry ``root``) of a tool argument value: compact ``, `` / ``: `` separators, no
+  free whitespace, declared order.
 
   Args:
     schema: the value's JSON Schema.
     lenient: drop assertion keywords outside the supported subset (not enforced) instead of
       rejecting the schema.
+    closed: strict mode: every object takes only the properties it declares (`schema.close`
+      writes ``additionalProperties: false`` where the schema says nothing); False keeps
+      JSON Schema's default (objects open).
   """
-  text = _check_schema(json.dumps(schema), lenient=lenient)
+  from infernix_jax.constrain.schema import close
+
+  text = _check_schema(json.dumps(close(schema) if closed else schema), lenient=lenient)
   return _xgr.ebnf_of_json_schema(text, compact=True)
 
 

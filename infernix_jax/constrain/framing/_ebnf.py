@@ -1,4 +1,5 @@
-"""EBNF text helpers: literals, rule renaming for embedded grammars, delimiter-excluding rules."""
+"""EBNF text helpers: literals, rule renaming for embedded grammars, delimiter- and
+name-excluding rules."""
 
 from __future__ import annotations
 
@@ -140,3 +141,40 @@ def excluding_rules(name: str, forbidden: str) -> str:
     raise ValueError(f"{forbidden!r} must have two or more characters and not repeat its first")
   return _prefix_automaton(
       name, forbidden, lambda k, ch, nxt: ['""'] + ([f"{lit(ch)} {nxt}"] if nxt else []))
+
+
+def name_excluding_rules(name: str, excluded, alphabet: str = "<>\n") -> str:
+  """Rules ``name`` matching every non-empty string of characters outside ``alphabet`` that
+  is none of the ``excluded`` strings (the undeclared parameter names of an open object).
+
+  One rule per node of the character trie of ``excluded``: a character that continues some
+  excluded string moves down the trie, any other leaves it for good (``name_any``); a node
+  may end the string unless it is the root (empty) or ends an excluded string.
+
+  Args:
+    name: the entry rule name (nodes are ``name_n1``, ...; ``name_any`` the free tail).
+    excluded: the strings to leave out (each made of characters outside ``alphabet``).
+    alphabet: characters no string holds.
+  """
+  trie: list[dict[str, int]] = [{}]
+  ends: set[int] = set()
+  for word in dict.fromkeys(excluded):
+    node = 0
+    for ch in word:
+      nxt = trie[node].get(ch)
+      if nxt is None:
+        nxt = trie[node][ch] = len(trie)
+        trie.append({})
+      node = nxt
+    ends.add(node)
+  rule = [name] + [f"{name}_n{i}" for i in range(1, len(trie))]
+  banned = "".join(char_class_escape(c) for c in alphabet)
+  lines = [f"{name}_any ::= [^{banned}]*"]
+  for node, children in enumerate(trie):
+    alts = [f"{lit(ch)} {rule[nxt]}" for ch, nxt in children.items()]
+    other = banned + "".join(char_class_escape(c) for c in children)
+    alts.append(f"[^{other}] {name}_any")
+    if node and node not in ends:
+      alts.append('""')
+    lines.append(f"{rule[node]} ::= " + " | ".join(f"({a})" for a in alts))
+  return "\n".join(lines)

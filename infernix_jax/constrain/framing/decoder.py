@@ -418,12 +418,14 @@ class OutputDecoder:
       self._call_error(f"parameter {pname!r} repeated in one call")
       return False
     enc = contract.encoding_of(pname) if contract is not None else None
-    if contract is not None and contract.strict and enc is None:
-      self._call_error(f"parameter {pname!r} is not declared by strict tool {c['fname']!r}")
+    if contract is not None and contract.closed and enc is None:
+      self._call_error(f"parameter {pname!r} is not declared by tool {c['fname']!r}, whose "
+                       "arguments are closed")
       return False
     c["seen"].add(pname)
     c["enc"] = enc
-    c["strict"] = bool(contract is not None and contract.strict)
+    # A value the grammar checked is published as written (a JSON value verbatim).
+    c["strict"] = bool(contract is not None and contract.value_checked(pname))
     c["vtext"] = _Text("strict" if self._strict_route else "replace")
     c["value"] = bytearray()
     c["stage"] = "value_nl"

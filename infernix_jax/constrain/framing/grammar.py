@@ -17,7 +17,7 @@ from infernix_jax.constrain.errors import FeatureConflictError
 from infernix_jax.constrain.framing import _args, _ebnf
 from infernix_jax.constrain.framing.thinking import THINK_SEPARATOR, OutputPhase, QwenFraming
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
-                                                  ToolPolicy, resolve_choice)
+                                                  ToolPolicy, arguments_checked, resolve_choice)
 
 # Any Unicode scalar value, byte-level: control tokens (never UTF-8 text) cannot match it.
 _ANY_CHAR = "[\\0-\\U0010ffff]"
@@ -47,7 +47,8 @@ class FramedGrammar:
     contracts: argument contract per callable tool name (decoder's value encodings).
     tools_active: whether ``<tool_call>`` may open calls.
     content_json: the content branch is a JSON language (union with calls under auto).
-    nonstrict: some callable tool is non-strict (the name-uniqueness companion runs).
+    nonstrict: some callable tool is non-strict (the name companion runs: names unique,
+      required names present before the close).
     key: stable identity of the language (compile cache key).
   """
   ebnf: str | None
@@ -77,13 +78,23 @@ def _call_rules(tools: Sequence[ToolDefinition], contracts: Mapping[str, _args.T
     c = contracts[tool.name]
     head = _ebnf.lit(f"\n<function={tool.name}>\n")
     tail = _ebnf.lit("</function>\n")
-    if c.strict:
-      parts = []
-      for p in c.params:
-        lines.append(p.rules)
-        item = f"{_ebnf.lit(f'<parameter={p.name}>' + chr(10))} {p.rule} {_ebnf.lit(chr(10))}"
-        parts.append(f"({item})" if p.required else f"({item})?")
+    items = []
+    for p in c.params:
+      lines.append(p.rules)
+      items.append(f"{_ebnf.lit(f'<parameter={p.name}>' + chr(10))} {p.rule} {_ebnf.lit(chr(10))}")
+    if c.strict:  # declared order, each optional one at most once
+      parts = [f"({item})" if p.required else f"({item})?" for p, item in zip(c.params, items)]
       args = " ".join(parts) if parts else '""'
+    elif c.checked:  # any order; the name companion keeps names unique and required present
+      if not c.closed:  # undeclared names: any but the declared ones, values free
+        nonstrict = True
+        lines.append(_ebnf.name_excluding_rules(f"t{i}_xname", [p.name for p in c.params]))
+        items.append(f"\"<parameter=\" t{i}_xname \">\\n\" ns_value \"\\n\"")
+      if items:
+        lines.append(f"t{i}_param ::= " + " | ".join(f"({item})" for item in items))
+        args = f"t{i}_param*"
+      else:
+        args = '""'
     else:
       nonstrict = True
       args = "ns_param*"
@@ -110,7 +121,8 @@ def build_grammar(framing: QwenFraming, phase: OutputPhase, *,
     tools: every declared tool (declarations are never edited; the choice selects).
     choice: the call policy (default: auto, Basic).
     content: an optional content constraint.
-    json_value_ebnf: strict JSON value converter (default: the matcher library's, compact).
+    json_value_ebnf: JSON value converter ``f(schema, lenient=, closed=)`` (default: the
+      matcher library's, compact).
 
   Returns:
     The grammar text and decoding facts; ``ebnf`` is None when nothing is constrained.
@@ -125,7 +137,8 @@ def build_grammar(framing: QwenFraming, phase: OutputPhase, *,
   callable_ = resolve_choice(tools, choice) if tools else ()
   if choice.mode is ToolMode.REQUIRED and not tools:
     resolve_choice(tools, choice)  # raises: required needs a tool
-  contracts = {t.name: _args.build_contract(t, i, json_value_ebnf)
+  contracts = {t.name: _args.build_contract(t, i, json_value_ebnf,
+                                           checked=arguments_checked(t, choice))
                for i, t in enumerate(callable_)}
   tools_active = bool(callable_)
   if tools_active and content is not None and not content.is_json:
@@ -140,7 +153,8 @@ def build_grammar(framing: QwenFraming, phase: OutputPhase, *,
   nonstrict = any(not c.strict for c in contracts.values())
   key_src = json.dumps({
       "phase": phase.value, "framing": dataclasses.astuple(framing),
-      "tools": [[t.name, t.strict, t.parameters if t.strict else None] for t in callable_],
+      "tools": [[t.name, t.strict, contracts[t.name].checked,
+                 t.parameters if contracts[t.name].checked else None] for t in callable_],
       "choice": [choice.mode.value, choice.parallel, choice.policy.value],
       "content": None if content is None else [content.ebnf, content.is_json]},
       sort_keys=True, default=str)

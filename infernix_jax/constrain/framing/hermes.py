@@ -9,9 +9,11 @@ A call is a JSON object in tags, written with ordinary tokens and enforced by th
 Policies follow `ToolChoice`: auto = content (which never holds ``<tool_call>``), then zero or
 more calls; none = content only (not parsed for calls); required = one or more calls and no
 content; a named choice = one call to that tool. Parallel calls are separated by one newline.
-Each tool's ``parameters`` JSON Schema constrains its arguments (the constraint layer's
-subset: strict tools reject unsupported keywords, others drop them). A content constraint
-beside active tools must be JSON (its first byte then tells content from a call).
+Each tool's ``parameters`` JSON Schema constrains its arguments (`tools.arguments_checked`:
+always but under the Automatic policy's auto) in the constraint layer's subset: strict tools
+close every object and reject unsupported keywords, others keep objects open and drop them.
+A content constraint beside active tools must be JSON (its first byte then tells content from
+a call).
 
 The tool definitions reach the model through the system turn (`tool_instructions`), so any
 chat template can carry them.
@@ -34,7 +36,7 @@ from infernix_jax.constrain.framing.decoder import DecodedOutput
 from infernix_jax.constrain.framing.grammar import ContentGrammar
 from infernix_jax.constrain.framing.session import CompiledGrammarFacts, DecodedSession
 from infernix_jax.constrain.framing.tools import (ToolChoice, ToolDefinition, ToolMode,
-                                                  resolve_choice)
+                                                  arguments_checked, resolve_choice)
 
 FRAMING = "hermes"  # the framing name its grammars carry (part of their cache identity)
 
@@ -153,10 +155,16 @@ class HermesGrammar:
   key: str
 
 
-def _arguments_ebnf(tool: ToolDefinition, json_value_ebnf: Callable[..., str]) -> str:
-  """The arguments' EBNF (entry ``root``); errors name the tool and the JSON Pointer."""
+def _arguments_ebnf(tool: ToolDefinition, json_value_ebnf: Callable[..., str],
+                    checked: bool) -> str:
+  """The arguments' EBNF (entry ``root``); errors name the tool and the JSON Pointer.
+
+  Checked arguments follow ``parameters`` (strict: every object closed; else JSON Schema's
+  open objects, unsupported assertion keywords dropped); unchecked ones are any object.
+  """
+  schema = dict(tool.parameters) if checked else {"type": "object"}
   try:
-    return json_value_ebnf(dict(tool.parameters), lenient=not tool.strict)
+    return json_value_ebnf(schema, lenient=not tool.strict, closed=tool.strict)
   except ConstraintError as e:
     raise type(e)(f"tool {tool.name!r} parameters: {e.message}",
                   location=f"/parameters{e.location or ''}") from None
@@ -167,16 +175,18 @@ def _arguments_ebnf(tool: ToolDefinition, json_value_ebnf: Callable[..., str]) -
                                  f"{first}", location="/parameters") from None
 
 
-def _call_rules(tools: Sequence[ToolDefinition], json_value_ebnf, parallel: bool) -> list[str]:
+def _call_rules(tools: Sequence[ToolDefinition], json_value_ebnf, choice: ToolChoice
+                ) -> list[str]:
   lines, alts = [], []
   for i, tool in enumerate(tools):
-    lines.append(_ebnf.rename_rules(_arguments_ebnf(tool, json_value_ebnf), f"t{i}_args_"))
+    ebnf = _arguments_ebnf(tool, json_value_ebnf, arguments_checked(tool, choice))
+    lines.append(_ebnf.rename_rules(ebnf, f"t{i}_args_"))
     head = json.dumps(tool.name, ensure_ascii=False) + ARGUMENTS_KEY
     lines.append(f"t{i}_call ::= {_ebnf.lit(head)} t{i}_args_root")
     alts.append(f"t{i}_call")
   lines.append(f"call ::= {_ebnf.lit(CALL_HEAD)} ({' | '.join(alts)}) {_ebnf.lit(CALL_TAIL)}")
   sep = _ebnf.lit(CALL_SEPARATOR)
-  lines.append(f"calls ::= call ({sep} call)*" if parallel else "calls ::= call")
+  lines.append(f"calls ::= call ({sep} call)*" if choice.parallel else "calls ::= call")
   return lines
 
 
@@ -189,8 +199,8 @@ def build_hermes_grammar(tools: Sequence[ToolDefinition], choice: ToolChoice | N
     tools: every declared tool (the choice selects the callable ones).
     choice: the call policy (default auto).
     content: an optional content constraint (JSON only beside active tools).
-    json_value_ebnf: ``f(schema, lenient=) -> ebnf`` (default: the constraint layer's
-      JSON Schema path, compact separators).
+    json_value_ebnf: ``f(schema, lenient=, closed=) -> ebnf`` (default: the constraint
+      layer's JSON Schema path, compact separators).
 
   Raises:
     ConstraintError: invalid tools or choice, an argument schema outside the subset (strict
@@ -207,7 +217,7 @@ def build_hermes_grammar(tools: Sequence[ToolDefinition], choice: ToolChoice | N
   key = hashlib.sha256(json.dumps({
       "framing": FRAMING,
       "tools": [[t.name, t.strict, t.parameters] for t in callable_],
-      "choice": [choice.mode.value, choice.parallel],
+      "choice": [choice.mode.value, choice.parallel, choice.policy.value],
       "content": None if content is None else [content.ebnf, content.is_json]},
       sort_keys=True, default=str).encode()).hexdigest()[:32]
   names = tuple(t.name for t in callable_)
@@ -217,7 +227,7 @@ def build_hermes_grammar(tools: Sequence[ToolDefinition], choice: ToolChoice | N
   if content is not None:
     lines.append(_ebnf.rename_rules(content.ebnf, "content_"))
   if tools_active:
-    lines += _call_rules(callable_, json_value_ebnf, choice.parallel)
+    lines += _call_rules(callable_, json_value_ebnf, choice)
     if choice.mode is ToolMode.REQUIRED:
       body = "calls"
     elif content is not None:

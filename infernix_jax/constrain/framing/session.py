@@ -10,7 +10,8 @@ Qwen one adds:
   * the output decoder, advanced only on commit (a preview decodes on a fork, so a call the
     decoder cannot read fails in preview, never after the model state moved);
   * the non-strict argument-name companion: in every lookahead mask and preview it refuses
-    tokens that would complete a parameter name the open call already used;
+    tokens that would complete a parameter name the open call already used, or close the
+    call while a required parameter is missing;
   * forced control: `preview_forced_close()` previews the canonical ``\\n</think>\\n\\n``
     (thinking budget) through the same matcher; commit confirms it with the physical append.
 """
@@ -78,24 +79,33 @@ class CompiledFraming(CompiledGrammarFacts):
 
 
 class NameCompanion:
-  """Tracks the canonical framing of non-strict calls; refuses repeated parameter names.
+  """Tracks the canonical framing of non-strict calls: refuses a repeated parameter name, and
+  the call's close while a required name is missing.
 
-  An open name set has no context-free uniqueness rule, so this runs beside the matcher on
-  the same transactions (lookahead on a copy, preview on a fork, commit keeps the fork).
+  Neither rule is context-free over an order-free name set, so this runs beside the matcher
+  on the same transactions (lookahead on a copy, preview on a fork, commit keeps the fork).
+  A refused close never empties a legal set: a missing required name is always writable.
   """
 
-  def __init__(self, vocab, framing, nonstrict_names):
+  def __init__(self, vocab, framing, nonstrict):
+    """``nonstrict``: name -> the parameter names each call of that tool must contain."""
     self._bytes = vocab.token_bytes
     self._f = framing
-    self._nonstrict = frozenset(nonstrict_names)
+    self._nonstrict = {n: frozenset(r) for n, r in dict(nonstrict).items()}
     self._candidates = vocab.lazy("framing.tokens_with_gt", lambda: np.array(
         [i for i, b in enumerate(vocab.token_bytes) if b">" in b and i not in vocab.control_ids],
+        np.int64))
+    # Tokens that may start a call's close right after a parameter (or open "/" after "<").
+    self._closers = vocab.lazy("framing.tokens_closing", lambda: np.array(
+        [i for i, b in enumerate(vocab.token_bytes)
+         if (b.startswith(b"</") or b.startswith(b"/")) and i not in vocab.control_ids],
         np.int64))
     self.state = "out"
     self.head = b""
     self.tail = b""
     self.tail_named = False
     self.seen: set[bytes] = set()
+    self.required: frozenset[bytes] = frozenset()
 
   def copy(self) -> "NameCompanion":
     c = object.__new__(NameCompanion)
@@ -106,6 +116,12 @@ class NameCompanion:
   @property
   def active(self) -> bool:
     return self.state == "args"
+
+  def candidates(self) -> np.ndarray:
+    """Token ids `violates` may refuse now (the others never are)."""
+    if self.required - self.seen and self.tail in (b"", b"<"):
+      return np.union1d(self._candidates, self._closers)
+    return self._candidates
 
   def advance(self, token: int) -> None:
     t = int(token)
@@ -121,6 +137,7 @@ class NameCompanion:
         name = m.group(1).decode("utf-8", errors="replace")
         if name in self._nonstrict:
           self.state, self.tail, self.tail_named, self.seen = "args", b"", False, set()
+          self.required = frozenset(r.encode() for r in self._nonstrict[name])
           self._args(rest)
         else:
           self.state = "strict"
@@ -143,11 +160,14 @@ class NameCompanion:
     self.seen.update(names)
 
   def violates(self, token: int) -> bool:
-    """Whether ``token`` would complete a parameter name this call already used."""
+    """Whether ``token`` would complete a parameter name this call already used, or start
+    the call's close (``</function>``) while a required name is missing."""
     if self.state != "args":
       return False
-    names, _, _ = self._names(self._bytes[int(token)])
-    return any(n in self.seen for n in names) or len(set(names)) < len(names)
+    names, last, _ = self._names(self._bytes[int(token)])
+    if any(n in self.seen for n in names) or len(set(names)) < len(names):
+      return True
+    return last.startswith(b"</") and bool(self.required - self.seen - set(names))
 
 
 class DecodedSession:
@@ -271,8 +291,8 @@ class FramedSession(DecodedSession):
         utf8_start=_utf8.FREE if fg.phase is OutputPhase.THINKING else _utf8.CLEAN)
     super().__init__(inner, OutputDecoder(self.vocab, fg.framing, fg.phase, fg.contracts,
                                           tools_active=fg.tools_active, constrained=True))
-    names = [n for n, c in fg.contracts.items() if not c.strict]
-    self.companion = NameCompanion(self.vocab, fg.framing, names) if names else None
+    nonstrict = {n: c.required for n, c in fg.contracts.items() if not c.strict}
+    self.companion = NameCompanion(self.vocab, fg.framing, nonstrict) if nonstrict else None
     self._pending_companion: NameCompanion | None = None
 
   @property
@@ -295,7 +315,7 @@ class FramedSession(DecodedSession):
 
   @staticmethod
   def _filter(comp: NameCompanion, words: np.ndarray) -> None:
-    cand = comp._candidates
+    cand = comp.candidates()
     for t in cand[mask_layout.bits(words, cand)]:
       if comp.violates(int(t)):
         mask_layout.clear_bit(words, int(t))
@@ -319,7 +339,8 @@ class FramedSession(DecodedSession):
       if i == len(drafts):
         break
       d = int(drafts[i])
-      if not mask_layout.bit(out[i], d):  # illegal draft: position i stays Ready, later Unreachable
+      if not mask_layout.allows(out[i], d, self.vocab.size):  # illegal draft (an id outside
+        # 0..V-1 included): position i stays Ready, the later ones Unreachable
         states[i + 1:], out[i + 1:len(states)] = mask_layout.UNREACHABLE, 0
         break
       comp.advance(d)

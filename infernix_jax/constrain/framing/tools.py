@@ -31,8 +31,9 @@ class ToolDefinition:
     name: the function name as the model writes it after ``<function=``.
     description: free text for the prompt (not part of the grammar).
     parameters: the JSON Schema of the argument object (a dict), as given by the request.
-    strict: whether the arguments are constrained by ``parameters`` (declared order, closed
-      names, value assertions); non-strict arguments only follow the framing.
+    strict: whether the argument objects are closed (OpenAI's strict mode: every object takes
+      only the properties it declares). Whether the arguments follow ``parameters`` at all is
+      the call policy's (`arguments_checked`): strict tools always do.
   """
   name: str
   description: str = ""
@@ -182,6 +183,17 @@ def resolve_choice(tools: Sequence[ToolDefinition], choice: ToolChoice) -> tuple
   if choice.mode is ToolMode.REQUIRED and not callable_:
     raise ConstraintError("tool_choice required needs at least one declared tool")
   return callable_ if choice.mode is not ToolMode.NONE else ()
+
+
+def arguments_checked(tool: ToolDefinition, choice: ToolChoice) -> bool:
+  """Whether a call's arguments must follow ``tool.parameters`` under ``choice``.
+
+  Always for a strict tool; for the others, under every choice but the Automatic policy's
+  auto (which enforces only what the request asks for: a required or named call asks for
+  arguments its function can take). Every framing asks this one rule.
+  """
+  return tool.strict or not (choice.policy is ToolPolicy.AUTOMATIC
+                             and choice.mode is ToolMode.AUTO)
 
 
 _BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}
