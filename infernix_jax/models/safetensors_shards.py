@@ -3,10 +3,10 @@
 A Hugging Face checkpoint directory holds `model.safetensors`, or shards
 `model-0000i-of-0000n.safetensors` listed by `model.safetensors.index.json`. A safetensors
 file is an 8-byte little-endian header length, a JSON header (name -> dtype, shape, byte
-offsets) and the tensors' raw bytes. `iter_tensors` reads each tensor it is asked for with
-one `readinto` into a fresh numpy array of the stored dtype (bfloat16 through `ml_dtypes`):
-no memory map stays resident and no shard is ever held whole, so reading costs one tensor of
-host memory at a time.
+offsets) and the tensors' raw bytes. `iter_tensors` hands out each tensor as a
+`StoredTensor`, which reads it whole or in chunks of rows with `readinto` into fresh numpy
+arrays of the stored dtype (bfloat16 through `ml_dtypes`): no memory map stays resident and
+no shard is ever held whole, so reading costs one chunk of host memory at a time.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dataclasses
 import json
 import struct
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import ml_dtypes
 import numpy as np
@@ -83,34 +83,68 @@ def shard_files(directory: Path) -> list[Path]:
   return files
 
 
-def read_tensor(f, info: TensorInfo, path: Path | str = "") -> np.ndarray:
-  """One tensor read from the open binary file `f` into a new array of its stored dtype.
+@dataclasses.dataclass(frozen=True)
+class StoredTensor:
+  """One tensor of an open safetensors file, read on request (valid until the next tensor
+  of the iteration that handed it out)."""
 
-  Raises:
-    ValueError: an unknown dtype, or a byte range that does not match the shape.
-  """
-  if info.dtype not in _DTYPES:
-    raise ValueError(f"{path}: tensor dtype {info.dtype} is not supported "
-                     f"(expected one of {sorted(_DTYPES)})")
-  out = np.empty(info.shape, _DTYPES[info.dtype])
-  if out.nbytes != info.end - info.begin:
-    raise ValueError(f"{path}: {info.end - info.begin} bytes stored for a {info.dtype} tensor "
-                     f"of shape {list(info.shape)} ({out.nbytes} bytes)")
-  f.seek(info.begin)
-  view = memoryview(out.reshape(-1).view(np.uint8))
-  if f.readinto(view) != out.nbytes:
-    raise ValueError(f"{path}: the file ends inside a tensor (truncated shard?)")
-  return out
+  name: str
+  info: TensorInfo
+  file: BinaryIO
+  path: Path
+
+  @property
+  def dtype(self) -> np.dtype:
+    if self.info.dtype not in _DTYPES:
+      raise ValueError(f"{self.path}: tensor {self.name!r} has dtype {self.info.dtype}, "
+                       f"which is not supported (expected one of {sorted(_DTYPES)})")
+    return np.dtype(_DTYPES[self.info.dtype])
+
+  def _rows(self, begin: int, count: int) -> np.ndarray:
+    """Rows [begin, begin + count) of the tensor (axis 0; a scalar has one row)."""
+    shape = self.info.shape
+    row = self.dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+    out = np.empty((count, *shape[1:]) if shape else (), self.dtype)
+    self.file.seek(self.info.begin + begin * row)
+    if self.file.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
+      raise ValueError(f"{self.path}: the file ends inside tensor {self.name!r} (truncated "
+                       f"shard?)")
+    return out
+
+  def _check_size(self) -> None:
+    size = self.dtype.itemsize * int(np.prod(self.info.shape, dtype=np.int64))
+    if size != self.info.end - self.info.begin:
+      raise ValueError(f"{self.path}: {self.info.end - self.info.begin} bytes stored for "
+                       f"tensor {self.name!r}, {self.info.dtype} {list(self.info.shape)} "
+                       f"({size} bytes)")
+
+  def read(self) -> np.ndarray:
+    """The whole tensor, a new array of its stored dtype and shape."""
+    self._check_size()
+    return self._rows(0, self.info.shape[0] if self.info.shape else 1)
+
+  def chunks(self, max_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, rows) pieces of the tensor along axis 0, each a new array of at most
+    `max_bytes` (at least one row), in order."""
+    self._check_size()
+    if not self.info.shape:
+      yield 0, self._rows(0, 1)
+      return
+    total = self.info.shape[0]
+    row = self.dtype.itemsize * int(np.prod(self.info.shape[1:], dtype=np.int64))
+    step = max(1, max_bytes // max(row, 1))
+    for begin in range(0, total, step):
+      yield begin, self._rows(begin, min(step, total - begin))
 
 
 def iter_tensors(directory: Path, wanted: Callable[[str, TensorInfo], bool] | None = None
-                 ) -> Iterator[tuple[str, np.ndarray]]:
-  """(name, array) for every tensor of a checkpoint directory, shard after shard, each tensor
-  in its stored dtype and shape; `wanted(name, info)` False skips a tensor unread. Each array
-  is new: the caller may keep it or drop it before the next is read."""
+                 ) -> Iterator[StoredTensor]:
+  """Every tensor of a checkpoint directory, shard after shard in file order, as a
+  `StoredTensor` to read before asking for the next; `wanted(name, info)` False skips a
+  tensor unread. One shard file is open at a time."""
   for path in shard_files(directory):
     infos = read_header(path)
     with open(path, "rb") as f:
       for name, info in infos.items():
         if wanted is None or wanted(name, info):
-          yield name, read_tensor(f, info, path)
+          yield StoredTensor(name, info, f, path)

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from infernix_jax.models import cpu_kernels, packed_gemm
+from infernix_jax.models import cpu_kernels, layers, packed_gemm
 from infernix_jax.models import transformer as _transformer
 from infernix_jax.models.config import ModelConfig
 
@@ -42,6 +42,29 @@ LAYOUTS = ("stacked", "unrolled")
 _FUSED = {"qkv": ("q", "k", "v"), "qkv_bias": ("q_bias", "k_bias", "v_bias"),
           "gate_up": ("gate", "up")}
 _MATRICES = ("qkv", "o", "gate_up", "down")  # stored in the `weights` dtype
+
+
+def fused_parts(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
+  """Where each fused part of a layer lies: part name -> (fused name, first column)."""
+  shapes = layers.layer_param_shapes(cfg)
+  out = {}
+  for fused, parts in _FUSED.items():
+    if all(p in shapes for p in parts):
+      column = 0
+      for part in parts:
+        out[part] = (fused, column)
+        column += shapes[part][-1]
+  return out
+
+
+def fused_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+  """Shape of every parameter of one `FusedLayer` before storage conversion (fused names)."""
+  shapes = dict(layers.layer_param_shapes(cfg))
+  for part, (fused, _) in fused_parts(cfg).items():
+    shape = shapes.pop(part)
+    width = shapes[fused][-1] if fused in shapes else 0
+    shapes[fused] = (*shape[:-1], width + shape[-1])
+  return shapes
 
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,8 +80,9 @@ class FusedLayer(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, params: Mapping[str, jax.Array], weights: str,
                packed: bool = False):
-    """`params`: the layer's arrays by `layers.layer_param_shapes` name, [in, out], on the
-    device (or host arrays). Fusing and casting run on the device; only int8 quantization
+    """`params`: the layer's arrays by `layers.layer_param_shapes` name or already fused
+    (`fused_shapes`), [in, out], on the device (or host arrays). Fusing and casting run on
+    the device; only int8 quantization
     and panel packing (a CPU layout) take a host copy, of this layer's matrices alone."""
     dtype = cfg.jnp_dtype
     fused = dict(params)
@@ -209,11 +233,11 @@ def stack(model):
   if layout_of(model) == "stacked":
     return model
   stacked = model.layers.stacked_params(model.cfg)
-  layers = nnx.eval_shape(lambda: _transformer.DecoderLayers(model.cfg, model.cfg.num_layers,
-                                                             rngs=nnx.Rngs(0)))
-  for name in layers.names:
-    setattr(layers, name, nnx.Param(jnp.asarray(stacked[name], model.cfg.jnp_dtype)))
-  model.layers = layers
+  decoder = nnx.eval_shape(lambda: _transformer.DecoderLayers(model.cfg, model.cfg.num_layers,
+                                                              rngs=nnx.Rngs(0)))
+  for name in decoder.names:
+    setattr(decoder, name, nnx.Param(jnp.asarray(stacked[name], model.cfg.jnp_dtype)))
+  model.layers = decoder
   model.pack_head(False)
   return model
 
