@@ -82,8 +82,8 @@ class FusedLayer(nnx.Module):
                packed: bool = False):
     """`params`: the layer's arrays by `layers.layer_param_shapes` name or already fused
     (`fused_shapes`), [in, out], on the device (or host arrays). Fusing and casting run on
-    the device; only int8 quantization
-    and panel packing (a CPU layout) take a host copy, of this layer's matrices alone."""
+    the device; only int8 quantization and panel packing (a CPU layout) take a host copy,
+    of this layer's matrices alone."""
     dtype = cfg.jnp_dtype
     fused = dict(params)
     for name, parts in _FUSED.items():
@@ -131,9 +131,9 @@ class UnrolledLayers(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, layer_params: Iterable[Mapping[str, jax.Array]],
                weights: str = "float32", packed: bool = False):
-    """Builds the layers one at a time from `layer_params`: each layer's arrays by
-    `layers.layer_param_shapes` name (`layers_of` slices them from stacked arrays; a loader
-    passes them as they arrive). `packed`: float32 matrices as panels (only with
+    """Builds the layers one at a time from `layer_params`: each layer's arrays as
+    `FusedLayer` takes them (`layers_of` slices them from stacked arrays; the safetensors
+    loader passes them as they arrive). `packed`: float32 matrices as panels (only with
     weights="float32" and a float32 model)."""
     if weights not in WEIGHT_DTYPES:
       raise ValueError(f"weights={weights!r} must be one of {WEIGHT_DTYPES}")

@@ -10,7 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -137,7 +136,6 @@ BIG = _shards.hf_config("qwen3", vocab=151_936, dim=1536, layers=20, heads=16, k
                         head_dim=128, ffn=4608, tie=False)
 _MEASURE = """
 import json, resource, sys, time
-import jax
 import numpy as np
 from flax import nnx
 import infernix_jax.models as im
