@@ -110,7 +110,8 @@ def test_sharded_checkpoint_errors_name_the_problem(tmp_path):
 
 
 def _run_python(code: str, *args: str, timeout: float) -> str:
-  """stdout of a fresh interpreter running `code` with `args` (this checkout's package)."""
+  """stdout of a fresh interpreter running `code` with `args` (this checkout's package, on
+  the CPU: there the device memory is the host's, which the RSS measures)."""
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
   run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                        env=env, cwd=ROOT, timeout=timeout)
@@ -135,14 +136,15 @@ def test_models_import_without_gguf():
 BIG = _shards.hf_config("qwen3", vocab=151_936, dim=1536, layers=20, heads=16, kv_heads=8,
                         head_dim=128, ffn=4608, tie=False)
 _MEASURE = """
-import json, resource, sys, time
+import json, os, resource, sys, time
+import jax
 import numpy as np
 from flax import nnx
 import infernix_jax.models as im
 
 def rss():
   with open("/proc/self/statm") as f:
-    return int(f.read().split()[1]) * 4096
+    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 jax.block_until_ready(jax.numpy.zeros(8) + 1)  # the backend is up
 base = rss()
