@@ -66,6 +66,7 @@ def shard_files(directory: Path) -> list[Path]:
 
   Raises:
     FileNotFoundError: no safetensors file, or a shard the index names is missing.
+    ValueError: an index without a weight_map.
   """
   index = directory / INDEX
   if index.exists():
