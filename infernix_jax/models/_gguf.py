@@ -1,12 +1,17 @@
-"""GGUF file -> our layout: metadata, dequantized tensors, llama.cpp's Q/K row order undone."""
+"""GGUF file -> our layout: metadata, dequantized tensors, llama.cpp's Q/K row order undone.
+
+The `gguf` package is imported where a file is read (`gguf_reader`, `gguf_to_arrays`), so
+`infernix_jax.models` imports without it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
+
+if TYPE_CHECKING:
+  from gguf import GGUFReader
 
 from infernix_jax.models.config import ModelConfig
 
@@ -72,6 +77,8 @@ def config_from_reader(reader: GGUFReader, dtype: str | None = None) -> ModelCon
 
 def gguf_to_arrays(reader: GGUFReader, cfg: ModelConfig) -> dict[str, np.ndarray]:
   """Dequantizes every tensor into the layout `model_from_arrays` expects (f32)."""
+  from gguf.quants import dequantize  # pylint: disable=import-outside-toplevel
+
   arch = reader.fields["general.architecture"].contents()
   permuted = arch == "llama"  # only llama.cpp's llama converter reorders Q/K rows
   per_layer: dict[str, list] = {}

@@ -35,9 +35,14 @@ def load_hf_dir(path, dtype: str | None = None, layout: str = "stacked",
                 weights: str | None = None):
   """Loads a Hugging Face checkpoint directory (config.json + *.safetensors + tokenizer.json).
 
+  Single files and sharded checkpoints (`model-0000i-of-0000n.safetensors` listed by
+  `model.safetensors.index.json`) load shard by shard, each tensor straight into `dtype` on
+  the default device and each layer into `layout` as soon as it is complete: host memory
+  holds about one tensor (and one layer) beyond the model, never a float32 copy of it.
+
   Args:
     path: the directory.
-    dtype: "float32" (default) or "bfloat16".
+    dtype: "float32" (default), "bfloat16" or "float16".
     layout: "stacked" (default: one [L, ...] array per parameter, a scanned layer loop;
       for training, sharding and fast compiles) or "unrolled" (per-layer fused weights, a
       Python layer loop: the fast single-device decode layout, see `models.unrolled`).
@@ -46,11 +51,15 @@ def load_hf_dir(path, dtype: str | None = None, layout: str = "stacked",
 
   Returns:
     (ModelConfig, Transformer, path of tokenizer.json or None when absent).
+
+  Raises:
+    FileNotFoundError: no config.json or no safetensors file, or a shard the index names is
+      missing.
+    ValueError: a bad layout / weights choice, a missing tensor or one of the wrong shape.
   """
   directory = Path(path)
   cfg = ModelConfig.from_hf(_hf.read_config(directory), dtype=dtype)
-  arrays = _hf.hf_to_arrays(cfg, _hf.read_safetensors(directory))
-  model = _arrange(_convert.model_from_arrays(cfg, arrays), layout, weights)
+  model = _hf.load(directory, cfg, layout, weights)
   tokenizer = directory / "tokenizer.json"
   return cfg, model, tokenizer if tokenizer.exists() else None
 

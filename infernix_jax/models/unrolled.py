@@ -26,14 +26,14 @@ Axis letters (docs/CONTRACTS.md): L layers, D width, N/G query/kv heads, H head 
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from infernix_jax.models import cpu_kernels, packed_gemm
+from infernix_jax.models import cpu_kernels, layers, packed_gemm
 from infernix_jax.models import transformer as _transformer
 from infernix_jax.models.config import ModelConfig
 
@@ -42,6 +42,29 @@ LAYOUTS = ("stacked", "unrolled")
 _FUSED = {"qkv": ("q", "k", "v"), "qkv_bias": ("q_bias", "k_bias", "v_bias"),
           "gate_up": ("gate", "up")}
 _MATRICES = ("qkv", "o", "gate_up", "down")  # stored in the `weights` dtype
+
+
+def fused_parts(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
+  """Where each fused part of a layer lies: part name -> (fused name, first column)."""
+  shapes = layers.layer_param_shapes(cfg)
+  out = {}
+  for fused, parts in _FUSED.items():
+    if all(p in shapes for p in parts):
+      column = 0
+      for part in parts:
+        out[part] = (fused, column)
+        column += shapes[part][-1]
+  return out
+
+
+def fused_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+  """Shape of every parameter of one `FusedLayer` before storage conversion (fused names)."""
+  shapes = dict(layers.layer_param_shapes(cfg))
+  for part, (fused, _) in fused_parts(cfg).items():
+    shape = shapes.pop(part)
+    width = shapes[fused][-1] if fused in shapes else 0
+    shapes[fused] = (*shape[:-1], width + shape[-1])
+  return shapes
 
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,24 +78,29 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class FusedLayer(nnx.Module):
   """One decoder layer's parameters in the unrolled layout (see the module docstring)."""
 
-  def __init__(self, cfg: ModelConfig, params: Mapping[str, np.ndarray], weights: str,
+  def __init__(self, cfg: ModelConfig, params: Mapping[str, jax.Array], weights: str,
                packed: bool = False):
+    """`params`: the layer's arrays by `layers.layer_param_shapes` name or already fused
+    (`fused_shapes`), [in, out], on the device (or host arrays). Fusing and casting run on
+    the device; only int8 quantization and panel packing (a CPU layout) take a host copy,
+    of this layer's matrices alone."""
     dtype = cfg.jnp_dtype
     fused = dict(params)
     for name, parts in _FUSED.items():
       if all(p in fused for p in parts):
-        fused[name] = np.concatenate([np.asarray(fused.pop(p)) for p in parts], axis=-1)
+        fused[name] = jnp.concatenate([jnp.asarray(fused.pop(p)) for p in parts], axis=-1)
     self.names = tuple(sorted(fused))
     for name in self.names:
-      value = np.asarray(fused[name], np.float32)
+      value = fused[name]
       if name in _MATRICES and weights == "int8":
-        value, scale = quantize_int8(value)
+        value, scale = quantize_int8(np.asarray(value, np.float32))
         setattr(self, name + "_scale", nnx.Param(jnp.asarray(scale)))
         setattr(self, name, nnx.Param(jnp.asarray(value)))
       elif name in _MATRICES and weights == "bfloat16":
         setattr(self, name, nnx.Param(jnp.asarray(value, jnp.bfloat16)))
       elif name in _MATRICES and packed and packed_gemm.panel_width(value.shape[1]):
-        setattr(self, name, nnx.Param(jnp.asarray(packed_gemm.pack(value), dtype)))
+        host = np.asarray(value, np.float32)
+        setattr(self, name, nnx.Param(jnp.asarray(packed_gemm.pack(host), dtype)))
       else:
         setattr(self, name, nnx.Param(jnp.asarray(value, dtype)))
     if weights == "int8":
@@ -83,13 +111,30 @@ class FusedLayer(nnx.Module):
     return {name: getattr(self, name)[...] for name in self.names}
 
 
+@jax.jit
+def _layer_slice(stacked: jax.Array, layer) -> jax.Array:
+  """stacked[layer] on the device (one compiled program per shape, not per layer)."""
+  return jax.lax.dynamic_index_in_dim(stacked, layer, 0, keepdims=False)
+
+
+def layers_of(stacked: Mapping[str, jax.Array | np.ndarray]) -> Iterator[dict[str, jax.Array]]:
+  """Each layer's parameters, sliced from stacked [L, ...] arrays where they are (device
+  arrays on the device, host arrays on the host)."""
+  num_layers = next(iter(stacked.values())).shape[0]
+  for index in range(num_layers):
+    yield {name: value[index] if isinstance(value, np.ndarray)
+           else _layer_slice(value, np.int32(index)) for name, value in stacked.items()}
+
+
 class UnrolledLayers(nnx.Module):
   """L `FusedLayer`s run one after the other (same interface as `DecoderLayers`)."""
 
-  def __init__(self, cfg: ModelConfig, stacked: Mapping[str, jax.Array],
+  def __init__(self, cfg: ModelConfig, layer_params: Iterable[Mapping[str, jax.Array]],
                weights: str = "float32", packed: bool = False):
-    """Builds the layers from stacked parameters ([L, ...] per name, `DecoderLayers.params()`);
-    `packed`: float32 matrices as panels (only with weights="float32" and a float32 model)."""
+    """Builds the layers one at a time from `layer_params`: each layer's arrays as
+    `FusedLayer` takes them (`layers_of` slices them from stacked arrays; the safetensors
+    loader passes them as they arrive). `packed`: float32 matrices as panels (only with
+    weights="float32" and a float32 model)."""
     if weights not in WEIGHT_DTYPES:
       raise ValueError(f"weights={weights!r} must be one of {WEIGHT_DTYPES}")
     if packed and (weights != "float32" or cfg.dtype != "float32"):
@@ -97,10 +142,10 @@ class UnrolledLayers(nnx.Module):
                        f"weights={weights!r} in a {cfg.dtype} model")
     self.weights = weights
     self.packed = packed
-    host = {name: np.asarray(value) for name, value in stacked.items()}
-    num_layers = next(iter(host.values())).shape[0]
-    self.layers = nnx.List([FusedLayer(cfg, {n: v[i] for n, v in host.items()}, weights,
-                                       packed) for i in range(num_layers)])
+    built = [FusedLayer(cfg, params, weights, packed) for params in layer_params]
+    if len(built) != cfg.num_layers:
+      raise ValueError(f"{len(built)} layers given for a {cfg.num_layers}-layer model")
+    self.layers = nnx.List(built)
 
   def run(self, cfg: ModelConfig, x, cache_k, cache_v, starts, collect: bool = False,
           span: int | None = None, tree=None):
@@ -178,7 +223,7 @@ def unroll(model, weights: str | None = None, packed: bool | None = None):
     stacked = model.layers.stacked_params(model.cfg)
   else:
     stacked = model.layers.params()
-  model.layers = UnrolledLayers(model.cfg, stacked, weights, packed)
+  model.layers = UnrolledLayers(model.cfg, layers_of(stacked), weights, packed)
   model.pack_head(packed)
   return model
 
@@ -188,22 +233,36 @@ def stack(model):
   if layout_of(model) == "stacked":
     return model
   stacked = model.layers.stacked_params(model.cfg)
-  layers = nnx.eval_shape(lambda: _transformer.DecoderLayers(model.cfg, model.cfg.num_layers,
-                                                             rngs=nnx.Rngs(0)))
-  for name in layers.names:
-    setattr(layers, name, nnx.Param(jnp.asarray(stacked[name], model.cfg.jnp_dtype)))
-  model.layers = layers
+  decoder = nnx.eval_shape(lambda: _transformer.DecoderLayers(model.cfg, model.cfg.num_layers,
+                                                              rngs=nnx.Rngs(0)))
+  for name in decoder.names:
+    setattr(decoder, name, nnx.Param(jnp.asarray(stacked[name], model.cfg.jnp_dtype)))
+  model.layers = decoder
   model.pack_head(False)
   return model
 
 
-def relayout(model, layout: str = "unrolled", weights: str | None = None):
-  """`unroll(model, weights)` or `stack(model)` by name, with argument checks."""
+def check_layout(cfg: ModelConfig, layout: str, weights: str | None) -> str:
+  """Checks a layout / weights choice for a `cfg` model; returns the weights dtype it means.
+
+  Raises:
+    ValueError: an unknown layout or weights dtype, or reduced weights in the stacked layout.
+  """
   if layout not in LAYOUTS:
     raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
   if layout == "stacked":
-    if weights not in (None, model.cfg.dtype):
+    if weights not in (None, cfg.dtype):
       raise ValueError(f"weights={weights!r} needs layout='unrolled' (the stacked layout "
-                       f"stores the model dtype {model.cfg.dtype})")
+                       f"stores the model dtype {cfg.dtype})")
+    return cfg.dtype
+  if weights is not None and weights not in WEIGHT_DTYPES:
+    raise ValueError(f"weights={weights!r} must be one of {WEIGHT_DTYPES}")
+  return weights or cfg.dtype
+
+
+def relayout(model, layout: str = "unrolled", weights: str | None = None):
+  """`unroll(model, weights)` or `stack(model)` by name, with argument checks."""
+  check_layout(model.cfg, layout, weights)
+  if layout == "stacked":
     return stack(model)
   return unroll(model, weights)
