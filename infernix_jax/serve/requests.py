@@ -297,8 +297,10 @@ def _common(body: Mapping, drafter: str, k: int, fields: dict,
   if stop is not None:
     if isinstance(stop, str):
       stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-      raise RequestError("stop", "expected a non-empty string or a list of them")
+    if not isinstance(stop, list):
+      raise RequestError("stop", "expected a string or a list of strings")
+    from infernix_jax.runtime.types import check_stop
+    check_stop(stop)
     if stop:
       opts["stop"] = stop
   if body.get("sampling_law") is not None:  # checked with the request (GenerationRequest)

@@ -44,6 +44,8 @@ def run_cli(args):
     (["generate", "--plugin=no_such_plugin_module"],
      "--plugin: cannot import plug-in module 'no_such_plugin_module'"),
     (["generate", "--choice=a", "--stop=b"], "--stop: extra stop strings cannot be combined"),
+    (["generate", "--unconstrained", "--stop="], "--stop: stop strings must be non-empty"),
+    (["generate", "--temperature=inf"], "--temperature: temperature=inf must be a finite"),
     (["generate", "--choice=a", "--law-tolerance=0.1"],
      "--law-tolerance: law_tolerance=0.1 applies to sampling_law='exact-finite' only"),
     (["generate", "--choice=a", "--sampling-law=exact-finite", "--temperature=1",
