@@ -6,6 +6,10 @@ mode) means an object accepts no property beyond those it lists: `close` writes
 properties, and `items: false` after a `prefixItems` tuple that says nothing about more
 items. `strict: false` keeps JSON Schema's own default (objects open).
 
+Tools follow the same rule: a function with `strict: true` has its parameters closed
+(`strict_tools`); the Responses API's tools are strict unless they say `strict: false`, and
+one that does not say is normalized as OpenAI does (`close` and `require_all`).
+
 `prepare` turns a parsed request into an engine request with the schema fallback: under the
 "auto" backend a schema that xgrammar (through our checker) cannot express exactly is tried
 on llguidance, and only then refused, or, with `lenient`, compiled with the unenforceable
@@ -63,6 +67,46 @@ def close(schema: Any, *, _member: bool = False) -> Any:
     out["additionalProperties"] = False
   if "prefixItems" in out and "items" not in out and "unevaluatedItems" not in out:
     out["items"] = False
+  return out
+
+
+def require_all(schema: Any) -> Any:
+  """A copy of `schema` whose object schemas list every declared property in `required`
+  (OpenAI's strict normalization of a function's parameters; with `close`, what the Responses
+  API does to a tool that does not say `strict`). Any output it accepts, the original accepts.
+  """
+  if not isinstance(schema, Mapping):
+    return schema
+  out = dict(schema)
+  for key in _ONE:
+    if isinstance(out.get(key), Mapping):
+      out[key] = require_all(out[key])
+  for key in _LIST + ("allOf",):
+    if isinstance(out.get(key), list):
+      out[key] = [require_all(s) for s in out[key]]
+  for key in _MAP:
+    if isinstance(out.get(key), Mapping):
+      out[key] = {name: require_all(s) for name, s in out[key].items()}
+  props = out.get("properties")
+  if isinstance(props, Mapping) and props:
+    given = [r for r in out.get("required") or () if isinstance(r, str)]
+    out["required"] = given + [name for name in props if name not in given]
+  return out
+
+
+def strict_tools(tools: list) -> list:
+  """The request's function tools, each `strict: true` one with its parameters closed
+  (`close`, as a strict `response_format` schema is). Tools without `strict` stay open (Chat
+  Completions' default); malformed entries are left for the tool parser to report.
+  """
+  out = []
+  for tool in tools:
+    fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+    if (isinstance(fn, Mapping) and fn.get("strict") is True
+        and isinstance(fn.get("parameters"), Mapping)):
+      fn = dict(fn, parameters=close(fn["parameters"]))
+      tool = dict(tool, function=fn) if "function" in tool else fn
+    out.append(tool)
   return out
 
 
