@@ -56,3 +56,55 @@ def test_413_reaches_a_urllib_client_past_the_socket_buffers(guarded):
   with pytest.raises(urllib.error.HTTPError) as health:
     urllib.request.urlopen(f"{server.base}/health", timeout=30)
   assert health.value.code == 503
+
+
+def test_request_timeout_flag_cancels_the_request_and_frees_its_lane():
+  """`serve --request-timeout S` becomes the server's per-request bound; on the tiny target a
+  request that would run for seconds is cancelled at S: 504 `timeout` when plain, an error
+  event then `[DONE]` when streamed. Its lane is freed and the next request is answered."""
+  import time
+
+  from absl import flags
+
+  pytest.importorskip("starlette.testclient")
+  from starlette.testclient import TestClient
+
+  from infernix_jax.cli import main as cli_main  # noqa: F401  (defines the serve flags)
+  from infernix_jax.cli import serve as cli_serve
+  from infernix_jax.serve.app import ServerState, create_app
+  from infernix_jax.serve.scheduler import Scheduler
+  from infernix_jax.testing import exact_oracle as h
+
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(["infernix-jax", "--request-timeout=0.5"])
+  try:
+    limits = cli_serve.server_limits()
+  finally:
+    flags.FLAGS.unparse_flags()
+  assert limits.request_seconds == 0.5
+  llm = h.tiny_llm(lanes=2, capacity=2048)
+  llm.generate([1, 2, 1], max_tokens=8, temperature=1.0, ignore_eos=True)  # compiles first
+  state = ServerState("tiny", limits=limits)
+  scheduler = Scheduler(llm.engine).start()
+  state.ready(llm, scheduler)
+  client = TestClient(create_app(state))
+  short = {"model": "tiny", "prompt": [1, 2, 1], "max_tokens": 4, "temperature": 1.0}
+  long = dict(short, max_tokens=2000, ignore_eos=True)
+  try:
+    assert client.post("/v1/completions", json=short).status_code == 200
+    t0 = time.monotonic()
+    r = client.post("/v1/completions", json=long)
+    assert r.status_code == 504, r.text
+    error = r.json()["error"]
+    assert error["code"] == "timeout" and "--request-timeout" in error["message"]
+    assert time.monotonic() - t0 < 10  # cancelled at the bound, not run to 2,000 tokens
+    with client.stream("POST", "/v1/completions", json=dict(long, stream=True)) as s:
+      lines = [x[len("data: "):] for x in s.iter_lines() if x.startswith("data: ")]
+    assert lines[-1] == "[DONE]" and json.loads(lines[-2])["error"]["code"] == "timeout"
+    deadline = time.monotonic() + 10
+    while (scheduler.load or state.active) and time.monotonic() < deadline:
+      time.sleep(0.02)
+    assert scheduler.load == 0 and state.active == 0
+    assert client.post("/v1/completions", json=short).status_code == 200
+  finally:
+    scheduler.stop()
