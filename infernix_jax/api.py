@@ -329,11 +329,21 @@ class LLM:
                                 trace=trace, min_tokens=min_tokens, ignore_eos=ignore_eos,
                                 logprobs=logprobs)
     request.validate()
-    self.engine.check_fits(request)
+    self._check_fits(request)
     if text is None:
       text = self.tokenizer.decode(ids)
     framing = self._compile(request, content, ids)
     return PreparedRequest(request=request, prompt=text, framing=framing)
+
+  def _check_fits(self, request) -> None:
+    """`Engine.check_fits`, its message without the engine's internal request id (a caller
+    of `prepare` knows its request by its own position or id)."""
+    from infernix_jax.runtime.errors import CapacityError
+    try:
+      self.engine.check_fits(request)
+    except CapacityError as e:
+      raise CapacityError(e.param, e.message.removeprefix(f"request {request.request_id}: ")
+                          ) from None
 
   def _compile(self, request, content, ids):
     """Compiles the request's constraint and framing (the compile cache keeps them); errors
@@ -419,7 +429,7 @@ class LLM:
       except RequestError as e:
         if len(requests) == 1:
           raise
-        raise RequestError(e.param, f"request {i}: {e.message}") from None
+        raise type(e)(e.param, f"request {i}: {e.message}") from None  # same class
       except TypeError as e:
         raise RequestError("options", f"request {i}: {e}") from None
     with self._lock:

@@ -121,3 +121,27 @@ def test_module_level_generate_reuses_one_llm(llm, monkeypatch):
   assert a.text in ("yes", "no") and a.token_ids == b.token_ids
   assert [m for m, _ in built] == [None, None] and [kw["k"] for _, kw in built] == [4, 2]
   assert json.dumps(a.stats)  # JSON-ready statistics
+
+
+def test_batch_errors_name_the_request_and_keep_their_class():
+  """On the tiny target: a request that does not fit the KV capacity, an infinite or NaN
+  temperature and an empty stop string are refused before anything runs; in a batch the
+  message starts with the request's position and the error keeps its class (a CapacityError
+  stays one), and no message carries the engine's internal request id."""
+  from infernix_jax import RequestError
+  from infernix_jax.runtime import CapacityError
+  from infernix_jax.testing import exact_oracle as h
+  llm = h.tiny_llm()  # capacity 32 positions per lane, K = 2
+  fine = {"prompt": [1, 2], "max_tokens": 4}
+  for bad, param, cls, text in (
+      (dict(fine, max_tokens=100), "max_tokens", CapacityError, "exceeds the KV capacity"),
+      (dict(fine, temperature=float("inf")), "temperature", RequestError, "finite number"),
+      (dict(fine, temperature=float("nan")), "temperature", RequestError, "finite number"),
+      (dict(fine, stop=[""]), "stop", RequestError, "non-empty strings")):
+    with pytest.raises(cls) as alone:
+      llm.generate_batch([bad])
+    with pytest.raises(cls) as second:
+      llm.generate_batch([fine, bad])
+    assert alone.value.param == second.value.param == param
+    assert text in alone.value.message and "req-" not in alone.value.message
+    assert second.value.message == f"request 1: {alone.value.message}"

@@ -239,16 +239,16 @@ def _demo() -> bool:
 
 
 def _jump_forward() -> bool | None:
-  """--jump-forward, or its default: on when a constraint is given and the drafter drafts."""
+  """--jump-forward, or its default: off without a constraint (jump-forward drafts only apply
+  to constrained output), else the spec's own default (on for a drafter that drafts).
+
+  No drafter is looked up here: `engine_spec` does that after it loads the plug-ins.
+  """
   f = FLAGS
   jump = f["jump-forward"].value
-  if jump is None:
-    from infernix_jax.runtime import drafters
-    constrained = _constraint_flags_given() or _demo() or bool(f["tools-file"].value)
-    try:
-      jump = constrained and drafters.entry(f.drafter).drafts
-    except ParameterError as e:
-      raise usage_error(e) from None
+  constrained = _constraint_flags_given() or _demo() or bool(f["tools-file"].value)
+  if jump is None and not constrained:
+    return False
   return jump
 
 

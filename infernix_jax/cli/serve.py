@@ -120,6 +120,7 @@ def serve(spec) -> int:
 
   from infernix_jax.models import model_source
   from infernix_jax.serve.app import ServerState, create_app
+  from infernix_jax.serve.drain import DrainingServer
   from infernix_jax.serve.scheduler import Scheduler
 
   source = FLAGS.model if FLAGS.model is not None else model_source(None)
@@ -141,10 +142,11 @@ def serve(spec) -> int:
                      f"{llm.drafter.k}, {FLAGS.lanes} lanes)\n")
 
   threading.Thread(target=load, name="infernix-load", daemon=True).start()
-  # SIGTERM: uvicorn stops accepting, lets running requests finish within the drain bound,
-  # then cuts the rest; the scheduler stops after that.
-  uvicorn.run(create_app(state), host=FLAGS.host, port=FLAGS.port, log_level="warning",
-              timeout_graceful_shutdown=FLAGS["drain-seconds"].value)
+  # SIGTERM: uvicorn stops accepting and lets running requests finish within the drain
+  # bound; then the scheduler stops and what is left ends with an error, not a cut.
+  config = uvicorn.Config(create_app(state), host=FLAGS.host, port=FLAGS.port,
+                          log_level="warning")
+  DrainingServer(config, state, FLAGS["drain-seconds"].value).run()
   if state.scheduler is not None:
     state.scheduler.stop()
   return 0

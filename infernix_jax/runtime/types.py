@@ -50,8 +50,9 @@ class SamplingOptions:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int):
         raise ParameterError(name, f"{name}={value!r} must be an integer")
-    if not self.temperature >= 0:
-      raise ParameterError("temperature", f"temperature={self.temperature} must be >= 0")
+    if not 0 <= self.temperature < float("inf"):  # NaN fails both comparisons
+      raise ParameterError("temperature", f"temperature={self.temperature} must be a finite "
+                           f"number >= 0 (0 = greedy)")
     if self.top_k < 0:
       raise ParameterError("top_k", f"top_k={self.top_k} must be >= 0 (0 = off)")
     if not 0 < self.top_p <= 1:
@@ -66,6 +67,19 @@ class SamplingOptions:
     if not 0 < self.repetition_penalty < float("inf"):
       raise ParameterError("repetition_penalty", f"repetition_penalty="
                            f"{self.repetition_penalty} must be a finite number > 0 (1 = off)")
+
+
+def check_stop(stop) -> None:
+  """The stop-string rule of every surface (request, API, CLI, server): each a non-empty
+  string.
+
+  Raises:
+    ParameterError("stop"): an entry that is not a string, or is empty.
+  """
+  for s in stop:
+    if not isinstance(s, str) or not s:
+      raise ParameterError("stop", f"stop strings must be non-empty strings, got {s!r} (an "
+                           f"empty string would match at every position; leave it out)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +215,7 @@ class GenerationRequest:
       if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                 or value < 0):
         raise ParameterError(name, f"{name}={value!r} must be an integer >= 0 or None")
+    check_stop(self.stop)
     if self.stop and (self.constraint is not None or self.tools is not None):
       from infernix_jax.errors import RequestConflictError
       raise RequestConflictError(

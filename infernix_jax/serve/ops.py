@@ -3,7 +3,8 @@
 `Limits` holds the server's bounds (body size, queued requests, seconds per request, the
 drain on shutdown) and its API key. `guard` is the ASGI middleware that answers 401 (a wrong
 or missing Bearer key on /v1/...; /health and /metrics stay open) and 413 (a body over the
-limit, by its Content-Length or as it streams in) before a route runs. `Metrics` keeps the
+limit, by its Content-Length or as it streams in, after reading and dropping the rest of
+the body up to `Limits.max_drain_bytes`) before a route runs. `Metrics` keeps the
 counters on its own prometheus_client registry; `access_line` writes one log line per request
 to the "infernix_jax.serve.access" logger.
 """
@@ -35,6 +36,9 @@ class Limits:
   Attributes:
     api_key: the Bearer key every /v1 route needs (None: open).
     max_body_bytes: the largest request body (413 beyond).
+    max_drain_bytes: how much of an over-limit body is read and discarded before the 413 is
+      sent: a client that writes its whole body before reading (urllib, with `Connection:
+      close`) then gets the 413, not a reset connection. Beyond it, the socket is closed.
     max_queued: requests waiting for a lane beyond the engine's lanes (429 beyond, with
       Retry-After); None: unbounded.
     request_seconds: wall seconds a request may take (cancelled then; None: unbounded).
@@ -43,6 +47,7 @@ class Limits:
   """
   api_key: str | None = None
   max_body_bytes: int = 8 * 1024 * 1024
+  max_drain_bytes: int = 64 * 1024 * 1024
   max_queued: int | None = None
   request_seconds: float | None = None
   drain_seconds: float = 30.0
@@ -63,6 +68,19 @@ async def _send(send, status: int, body: bytes, headers) -> None:
 
 class _TooLarge(Exception):
   pass
+
+
+async def _discard_body(receive, limit: int) -> None:
+  """Reads the rest of the request body, at most `limit` bytes, and drops it (the 413 then
+  reaches a client still writing; uvicorn closes the connection after it)."""
+  read = 0
+  while read <= limit:
+    message = await receive()
+    if message["type"] != "http.request":
+      return
+    read += len(message.get("body", b""))
+    if not message.get("more_body", False):
+      return
 
 
 def guard(app, limits: Limits, metrics: "Metrics | None" = None):
@@ -89,6 +107,7 @@ def guard(app, limits: Limits, metrics: "Metrics | None" = None):
     if size is not None and size.isdigit() and int(size) > limits.max_body_bytes:
       if metrics is not None:
         metrics.error("body_too_large")
+      await _discard_body(receive, limits.max_drain_bytes)
       return await _send(send, *too_large)
     seen = 0
 
@@ -106,6 +125,7 @@ def guard(app, limits: Limits, metrics: "Metrics | None" = None):
     except _TooLarge:
       if metrics is not None:
         metrics.error("body_too_large")
+      await _discard_body(receive, limits.max_drain_bytes - seen)
       return await _send(send, *too_large)
 
   return middleware

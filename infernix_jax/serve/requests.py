@@ -2,7 +2,8 @@
 
 Chat (`/v1/chat/completions`) and text (`/v1/completions`) bodies share the sampling fields
 and the constraint fields: `response_format` (OpenAI; `json_schema.strict`, default the
-server's `strict`, closes objects: `schemas.close`), `structured_outputs` (vLLM's names:
+server's `strict`, closes objects: `schemas.close`; a `schema` beside `json_object` is
+enforced as `json_schema`), `structured_outputs` (vLLM's names:
 json, regex, choice, grammar, json_object, with disable_additional_properties, lenient and
 whitespace_pattern) and vLLM's legacy `guided_json` / `guided_regex` / `guided_choice` /
 `guided_grammar`; `sampling_law` ("local" | "exact-finite" | "onestep") with
@@ -156,7 +157,12 @@ def _constraint(body: Mapping, fields: dict, defaults: Defaults) -> dict:
     if not isinstance(fmt, Mapping) or "type" not in fmt:
       raise RequestError("response_format", "expected an object with a 'type'")
     kind = fmt["type"]
-    if kind == "json_object":
+    if kind == "json_object" and fmt.get("schema") is not None:
+      # A schema beside json_object (instructor's JSON_SCHEMA mode before it sent
+      # json_schema, and servers that honour the extension): enforced as json_schema.
+      out["json_schema"] = _schema(fmt["schema"], "response_format.schema")
+      fields["json_schema"] = "response_format.schema"
+    elif kind == "json_object":
       out["json_object"] = True
       fields["json_object"] = "response_format"
     elif kind == "json_schema":
@@ -297,8 +303,10 @@ def _common(body: Mapping, drafter: str, k: int, fields: dict,
   if stop is not None:
     if isinstance(stop, str):
       stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-      raise RequestError("stop", "expected a non-empty string or a list of them")
+    if not isinstance(stop, list):
+      raise RequestError("stop", "expected a string or a list of strings")
+    from infernix_jax.runtime.types import check_stop
+    check_stop(stop)
     if stop:
       opts["stop"] = stop
   if body.get("sampling_law") is not None:  # checked with the request (GenerationRequest)
@@ -430,7 +438,7 @@ def parse_chat(body: Any, *, drafter: str, k: int,
       raise RequestError("tools", "expected a list of function definitions")
     choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
     if tools:
-      opts["tools"] = tools
+      opts["tools"] = schemas.strict_tools(tools)
       opts["tool_choice"] = choice
     elif body.get("tool_choice") not in (None, "none", "auto"):
       raise RequestError("tool_choice", "needs tools")

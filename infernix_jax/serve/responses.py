@@ -2,7 +2,8 @@
 
 `chat_body` turns a Responses body into the chat body `requests.parse_chat` takes (input
 string or items: messages, `function_call`, `function_call_output`; `instructions` as the
-system turn; `text.format`; function `tools` and `tool_choice`; `max_output_tokens`; the
+system turn; `text.format`; function `tools` (strict unless they say `strict: false`, as
+the Responses API normalizes them) and `tool_choice`; `max_output_tokens`; the
 sampling and extension fields as chat has them). `field` renames a chat field in an error
 back to the Responses name. `response` builds the response object of a completion, and
 `Events` the streamed event sequence (response.created ... response.completed). Nothing is
@@ -17,6 +18,7 @@ import time
 from typing import Any, Mapping
 
 from infernix_jax.api import RequestError
+from infernix_jax.serve import schemas
 
 _IDS = itertools.count()
 # Responses fields passed to the chat parser under the same name.
@@ -110,6 +112,10 @@ def _tools(tools) -> list[dict]:
     if not isinstance(t, Mapping) or t.get("type") != "function":
       raise RequestError(f"tools[{i}].type", "only function tools are supported")
     fn = {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t}
+    if fn.get("strict") is None:  # the Responses API's default: strict, normalized
+      fn["strict"] = True
+      if isinstance(fn.get("parameters"), Mapping):
+        fn["parameters"] = schemas.require_all(fn["parameters"])  # closed with strict tools
     out.append({"type": "function", "function": fn})
   return out
 
@@ -186,8 +192,13 @@ def _base(rid: str, model: str, body: Mapping, chat: Mapping, status: str) -> di
           "store": False, "usage": None, "reasoning": None}
 
 
-def message_item(rid: str, text: str) -> dict:
-  return {"type": "message", "id": f"msg_{rid}", "status": "completed", "role": "assistant",
+_CUT = ("length", "timeout")  # finish reasons of an incomplete response
+
+
+def message_item(rid: str, text: str, finish: str = "stop") -> dict:
+  """The assistant message item; `incomplete` when the output was cut (as the response)."""
+  status = "incomplete" if finish in _CUT else "completed"
+  return {"type": "message", "id": f"msg_{rid}", "status": status, "role": "assistant",
           "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
@@ -202,11 +213,11 @@ def response(rid: str, model: str, body: Mapping, completion, finish: str,
   out = _base(rid, model, body, {}, "completed")
   items = []
   if completion.content or not completion.tool_calls:
-    items.append(message_item(rid, completion.content))
+    items.append(message_item(rid, completion.content, finish))
   items += [call_item(rid, i, c["name"], c["arguments"])
             for i, c in enumerate(completion.tool_calls)]
   out["output"] = items
-  if finish in ("length", "timeout"):
+  if finish in _CUT:
     out["status"] = "incomplete"
     out["incomplete_details"] = {"reason": "max_output_tokens"}
   out["usage"] = _usage(completion, usage_extra)
@@ -282,7 +293,7 @@ class Events:
                           part={"type": "output_text", "text": text, "annotations": [],
                                 "logprobs": []}),
               self._event("response.output_item.done", output_index=self.message_index,
-                          item=message_item(self.rid, text))]
+                          item=message_item(self.rid, text, finish))]
     for i, item in sorted(self.calls.items()):
       done = call_item(self.rid, i, item["name"], item["arguments"])
       out += [self._event("response.function_call_arguments.done", item_id=item["id"],

@@ -6,6 +6,10 @@ mode) means an object accepts no property beyond those it lists: `close` writes
 properties, and `items: false` after a `prefixItems` tuple that says nothing about more
 items. `strict: false` keeps JSON Schema's own default (objects open).
 
+Tools follow the same rule: a function with `strict: true` has its parameters closed
+(`strict_tools`); the Responses API's tools are strict unless they say `strict: false`, and
+one that does not say is normalized as OpenAI does (`close` and `require_all`).
+
 `prepare` turns a parsed request into an engine request: under the "auto" backend the
 compiler tries every backend, fastest first, and a schema none enforces exactly is refused,
 or, with `lenient`, compiled with the unenforceable keywords dropped (reported in the
@@ -18,51 +22,22 @@ import json
 from typing import Any, Mapping
 
 from infernix_jax.api import RequestError
-
-# Keywords whose value is one subschema / a list of them / a name -> subschema map.
-_ONE = ("additionalProperties", "items", "contains", "not", "if", "then", "else",
-        "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems")
-_LIST = ("anyOf", "oneOf", "prefixItems")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-# An object schema with one of these beside `properties` takes properties from elsewhere
-# (additionalProperties would not see them): it is left as written.
-_COMPOSED = ("allOf", "$ref", "$dynamicRef", "if", "dependentSchemas", "dependencies")
+from infernix_jax.constrain.schema.closing import close, require_all  # noqa: F401  (re-exported)
 
 
-def _is_object(schema: Mapping) -> bool:
-  kind = schema.get("type")
-  return (kind == "object" or (isinstance(kind, list) and "object" in kind)
-          or "properties" in schema or "patternProperties" in schema)
-
-
-def close(schema: Any, *, _member: bool = False) -> Any:
-  """A copy of `schema` whose objects (and tuples) take nothing they do not declare.
-
-  An object schema with neither `additionalProperties` nor `unevaluatedProperties` gets
-  `additionalProperties: false`, unless its properties may come from elsewhere (`allOf`,
-  `$ref`, `if`, `dependentSchemas` beside it, or it is itself an `allOf` member: closing
-  those would reject what the other part allows). A `prefixItems` tuple without `items` or
-  `unevaluatedItems` gets `items: false`. Booleans and non-schemas come back unchanged.
+def strict_tools(tools: list) -> list:
+  """The request's function tools, each `strict: true` one with its parameters closed
+  (`close`, as a strict `response_format` schema is). Tools without `strict` stay open (Chat
+  Completions' default); malformed entries are left for the tool parser to report.
   """
-  if not isinstance(schema, Mapping):
-    return schema
-  out = dict(schema)
-  for key in _ONE:
-    if isinstance(out.get(key), Mapping):
-      out[key] = close(out[key])
-  for key in _LIST:
-    if isinstance(out.get(key), list):
-      out[key] = [close(s) for s in out[key]]
-  if isinstance(out.get("allOf"), list):
-    out["allOf"] = [close(s, _member=True) for s in out["allOf"]]
-  for key in _MAP:
-    if isinstance(out.get(key), Mapping):
-      out[key] = {name: close(s) for name, s in out[key].items()}
-  if (_is_object(out) and not _member and "additionalProperties" not in out
-      and "unevaluatedProperties" not in out and not any(k in out for k in _COMPOSED)):
-    out["additionalProperties"] = False
-  if "prefixItems" in out and "items" not in out and "unevaluatedItems" not in out:
-    out["items"] = False
+  out = []
+  for tool in tools:
+    fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+    if (isinstance(fn, Mapping) and fn.get("strict") is True
+        and isinstance(fn.get("parameters"), Mapping)):
+      fn = dict(fn, parameters=close(fn["parameters"]))
+      tool = dict(tool, function=fn) if "function" in tool else fn
+    out.append(tool)
   return out
 
 

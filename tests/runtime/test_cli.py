@@ -44,6 +44,8 @@ def run_cli(args):
     (["generate", "--plugin=no_such_plugin_module"],
      "--plugin: cannot import plug-in module 'no_such_plugin_module'"),
     (["generate", "--choice=a", "--stop=b"], "--stop: extra stop strings cannot be combined"),
+    (["generate", "--unconstrained", "--stop="], "--stop: stop strings must be non-empty"),
+    (["generate", "--temperature=inf"], "--temperature: temperature=inf must be a finite"),
     (["generate", "--choice=a", "--law-tolerance=0.1"],
      "--law-tolerance: law_tolerance=0.1 applies to sampling_law='exact-finite' only"),
     (["generate", "--choice=a", "--sampling-law=exact-finite", "--temperature=1",
@@ -276,3 +278,73 @@ def test_tools_file_on_the_default_model(tmp_path, capsys):
   [call] = result["tool_calls"]
   assert call["name"] == "get_weather"
   jsonschema.validate(json.loads(call["arguments_json"]), TOOLS[0]["function"]["parameters"])
+
+
+def readme_drafter_plugin() -> str:
+  """The drafter plug-in of README's "Extending" section, verbatim up to its own test lines."""
+  from pathlib import Path
+  readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+  section = readme.split("## Extending", 1)[1]
+  code = section.split("```python\n", 1)[1].split("```", 1)[0]
+  return code.split("# then, in a test of yours", 1)[0]
+
+
+@pytest.fixture
+def readme_plugin(tmp_path, monkeypatch):
+  """README's drafter saved as the user's own module `my_drafters`, outside the repository;
+  the drafter registry and the module cache are restored afterwards."""
+  import sys
+
+  from infernix_jax.runtime import drafters
+  folder = tmp_path / "user_code"
+  folder.mkdir()
+  (folder / "my_drafters.py").write_text(readme_drafter_plugin())
+  monkeypatch.syspath_prepend(str(folder))
+  monkeypatch.setattr(drafters, "_REGISTRY", dict(drafters._REGISTRY))
+  monkeypatch.delitem(sys.modules, "my_drafters", raising=False)
+  assert "repeat" not in drafters.names()
+  yield "my_drafters"
+  sys.modules.pop("my_drafters", None)
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+  """A tiny random model on the byte-level vocabulary (no SmolLM2)."""
+  from flax import nnx
+
+  from infernix_jax import models as im
+  tiny_tokenizer_json(tmp_path / "tokenizer.json")
+  cfg = im.ModelConfig(vocab_size=264, dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                       head_dim=16, ffn_dim=64)
+  return im.save_checkpoint(tmp_path / "tiny", cfg, im.Transformer(cfg, rngs=nnx.Rngs(0)),
+                            vocab_source=tmp_path / "tokenizer.json")
+
+
+@pytest.mark.parametrize("constraint", ["regex", "json-schema-file", "demo"])
+def test_readme_plugin_drafter_under_a_constraint(constraint, readme_plugin, tiny_checkpoint,
+                                                  tmp_path, capsys):
+  """`--plugin my_drafters --drafter repeat` with each kind of constraint flag, and with none
+  (the demo job): the plug-in loads before anything looks the drafter up; jump-forward drafts
+  on top of it, and the output satisfies the constraint."""
+  import re
+  schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+            "additionalProperties": False}
+  (tmp_path / "s.json").write_text(json.dumps(schema))
+  args = {"regex": ["--regex=[0-9]{3}-[0-9]{4}", "--prompt=Call"],
+          "json-schema-file": [f"--json-schema-file={tmp_path / 's.json'}", "--prompt=n?"],
+          "demo": []}[constraint]
+  out = tmp_path / "out.json"
+  rc = run_cli(["generate", f"--model={tiny_checkpoint}", f"--plugin={readme_plugin}",
+                "--drafter=repeat", "--k=3", "--max-tokens=24", "--nowarmup",
+                f"--json-out={out}", *args])
+  assert rc == 0, capsys.readouterr().err
+  result = json.loads(out.read_text())
+  assert result["drafter"] == "jump+repeat" and result["k"] == 3
+  assert result["request"]["drafter"]["name"] == "jump+repeat"
+  if constraint == "regex":
+    assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", result["text"]) and result["finish_reason"] == "stop"
+  elif constraint == "json-schema-file" and result["finish_reason"] == "stop":
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(json.loads(result["text"]), schema)
+  else:
+    assert result["constraint"]["kind"] == "json_schema"

@@ -114,3 +114,87 @@ def test_outlines_from_vllm(base):
   Person.model_validate_json(model(PROMPT, Person, max_tokens=40))
   assert model("Pick one.", outlines.types.Choice(["red", "blue"]), max_tokens=4) in (
       "red", "blue")
+
+
+# A held-out BFCL v4 function (simple_python_0, Apache-2.0), BFCL's "dict" spelled "object"
+# as BFCL's OpenAI handler sends it: an open schema (no additionalProperties, `unit` optional).
+TRIANGLE = {"type": "function", "name": "calculate_triangle_area",
+            "description": "Calculate the area of a triangle given its base and height.",
+            "parameters": {"type": "object", "properties": {
+                "base": {"type": "integer", "description": "The base of the triangle."},
+                "height": {"type": "integer", "description": "The height of the triangle."},
+                "unit": {"type": "string", "description": "The unit of measure (defaults to "
+                                                          "'units' if not specified)"}},
+                "required": ["base", "height"]}}
+
+
+def test_openai_responses_required_call_with_an_open_bfcl_schema(base):
+  """The Responses API normalizes a tool without `strict` to strict: the required call is
+  complete and its arguments validate against the open schema as sent (no invented keys)."""
+  jsonschema = pytest.importorskip("jsonschema")
+  import json
+
+  import openai
+  client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=120)
+  out = client.responses.create(
+      model="smollm2", tools=[TRIANGLE], tool_choice="required", max_output_tokens=80,
+      input="Find the area of a triangle with a base of 10 units and height of 5 units.")
+  calls = [o for o in out.output if o.type == "function_call"]
+  assert calls, out.output
+  assert calls[0].name == "calculate_triangle_area" and calls[0].status == "completed"
+  args = json.loads(calls[0].arguments)
+  jsonschema.validate(args, TRIANGLE["parameters"])
+  assert set(args) == {"base", "height", "unit"}  # closed, every declared field required
+
+
+INSTRUCTOR_BEFORE_1_17 = "1.5.0"  # sends response_format {"type": "json_object", "schema": S}
+_OLD_INSTRUCTOR = '''
+import json, sys, openai, pydantic, instructor
+class Ticket(pydantic.BaseModel):
+  code: str = pydantic.Field(pattern=r"^TK-[0-9]{4}$")
+  seats: int
+client = instructor.from_openai(openai.OpenAI(base_url=sys.argv[1], api_key="none",
+                                              max_retries=0), mode=instructor.Mode.JSON_SCHEMA)
+ticket = client.chat.completions.create(model="smollm2", max_tokens=40, response_model=Ticket,
+                                        max_retries=0, messages=[{"role": "user",
+                                        "content": "Book two seats for the concert."}])
+print(json.dumps({"version": instructor.__file__, "ticket": ticket.model_dump()}))
+'''
+
+
+@pytest.fixture(scope="module")
+def old_instructor(tmp_path_factory):
+  """instructor 1.5.0 in its own folder (pip --no-deps --target), or a skip when pip cannot
+  fetch it (offline)."""
+  import subprocess
+  import sys
+  target = tmp_path_factory.mktemp("instructor_old")
+  proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                         "--target", str(target), f"instructor=={INSTRUCTOR_BEFORE_1_17}"],
+                        capture_output=True, text=True, timeout=300)
+  if proc.returncode != 0 or not (target / "instructor").is_dir():
+    pytest.skip(f"pip cannot fetch instructor=={INSTRUCTOR_BEFORE_1_17}: "
+                f"{proc.stderr.strip()[-200:]}")
+  return target
+
+
+def test_instructor_before_1_17_json_schema_mode(base, old_instructor):
+  """instructor's JSON_SCHEMA mode before it moved to json_schema sends the schema beside
+  `json_object`: the server enforces it (here a `pattern` the model does not follow on its
+  own), so the reply parses into the model (run in a subprocess with that release first on
+  the path)."""
+  import json
+  import os
+  import re
+  import subprocess
+  import sys
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [str(old_instructor)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                               if p]))
+  proc = subprocess.run([sys.executable, "-c", _OLD_INSTRUCTOR, base], capture_output=True,
+                        text=True, timeout=300, env=env)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  out = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert out["version"].startswith(str(old_instructor))  # the old release ran
+  assert re.fullmatch(r"TK-[0-9]{4}", out["ticket"]["code"]), out  # the schema's pattern
+  assert isinstance(out["ticket"]["seats"], int)

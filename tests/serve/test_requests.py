@@ -260,7 +260,7 @@ def test_responses_bodies_become_chat_bodies():
                               {"role": "user", "content": "hi"}]
   assert body["max_tokens"] == 9 and body["reasoning_effort"] == "low"
   assert body["response_format"]["json_schema"]["schema"] == PERSON
-  assert body["tools"] == [{"type": "function", "function": {"name": "f",
+  assert body["tools"] == [{"type": "function", "function": {"name": "f", "strict": True,
                                                              "parameters": PERSON}}]
   assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
   items = rs.chat_body({"input": [
@@ -313,3 +313,89 @@ def test_tiny_server_exact_logprobs_and_vllm_fields():
       assert r.status_code == 400 and r.json()["error"]["param"] == param
   finally:
     scheduler.stop()
+
+
+OPEN_TOOL_PARAMS = {"type": "object", "properties": {
+    "base": {"type": "integer"}, "unit": {"type": "string"},
+    "box": {"type": "object", "properties": {"w": {"type": "number"}}}}, "required": ["base"]}
+
+
+def test_strict_tools_are_closed_like_response_format():
+  """Chat Completions: a tool with `strict: true` gets its parameters closed exactly as a
+  strict response_format schema is (`schemas.close`); without `strict` (or with false) the
+  tool stays open, as OpenAI's Chat Completions keeps it."""
+  from infernix_jax.serve import schemas
+  tool = lambda **fn: {"type": "function", "function": {"name": "f",
+                                                        "parameters": OPEN_TOOL_PARAMS, **fn}}
+  closed = schemas.close(OPEN_TOOL_PARAMS)
+  assert closed["additionalProperties"] is False
+  assert closed["properties"]["box"]["additionalProperties"] is False
+  got = chat(tools=[tool(strict=True)]).options["tools"]
+  assert got == [tool(strict=True, parameters=closed)]
+  fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": OPEN_TOOL_PARAMS,
+                                                 "strict": True}}
+  assert got[0]["function"]["parameters"] == chat(response_format=fmt).options["json_schema"]
+  assert chat(tools=[tool()]).options["tools"] == [tool()]
+  assert chat(tools=[tool(strict=False)]).options["tools"] == [tool(strict=False)]
+  bare = {"name": "g", "strict": True, "parameters": OPEN_TOOL_PARAMS}  # BFCL's bare form
+  assert chat(tools=[bare]).options["tools"] == [dict(bare, parameters=closed)]
+
+
+def test_responses_tools_without_strict_are_normalized_to_strict():
+  """The Responses API: a function tool that does not say `strict` is strict, its parameters
+  closed and every declared property required (OpenAI's normalization); `strict: false`
+  keeps it open; the chat parser then closes it as any strict tool."""
+  from infernix_jax.serve import responses as rs
+  body = rs.chat_body({"input": "x", "tool_choice": "required", "tools": [
+      {"type": "function", "name": "f", "parameters": OPEN_TOOL_PARAMS},
+      {"type": "function", "name": "g", "parameters": OPEN_TOOL_PARAMS, "strict": None},
+      {"type": "function", "name": "h", "parameters": OPEN_TOOL_PARAMS, "strict": False}]})
+  tools = rq.parse_chat(body, drafter="ngram", k=4).options["tools"]
+  want = {"type": "object", "required": ["base", "unit", "box"], "additionalProperties": False,
+          "properties": {"base": {"type": "integer"}, "unit": {"type": "string"},
+                         "box": {"type": "object", "properties": {"w": {"type": "number"}},
+                                 "required": ["w"], "additionalProperties": False}}}
+  for t in tools[:2]:
+    assert t["function"]["strict"] is True and t["function"]["parameters"] == want
+  assert tools[2]["function"] == {"name": "h", "parameters": OPEN_TOOL_PARAMS, "strict": False}
+
+
+def test_a_schema_beside_json_object_is_enforced_as_json_schema():
+  """`response_format: {"type": "json_object", "schema": S}` (what instructor's JSON_SCHEMA
+  mode sent before it moved to json_schema) constrains to S, closed as a strict json_schema
+  is; errors in S name `response_format.schema`; json_object alone is still any object."""
+  strict = {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}
+  p = chat(response_format={"type": "json_object", "schema": PERSON})
+  assert p.options == {"json_schema": CLOSED} == chat(response_format=strict).options
+  assert p.field("json_schema") == "response_format.schema"
+  assert chat(response_format={"type": "json_object"}).options == {"json_object": True}
+  assert chat(response_format={"type": "json_object", "schema": None}).options == {
+      "json_object": True}
+  with pytest.raises(RequestError) as e:
+    chat(response_format={"type": "json_object", "schema": [1]})
+  assert e.value.param == "response_format.schema"
+  from infernix_jax.serve import responses as rs
+  body = rs.chat_body({"input": "x", "text": {"format": {"type": "json_object",
+                                                          "schema": PERSON}}})
+  assert rq.parse_chat(body, drafter="ngram", k=4).options == {"json_schema": CLOSED}
+  assert rs.field("response_format.schema") == "text.format.schema"
+
+
+def test_truncated_responses_message_is_incomplete():
+  """A response cut by max_output_tokens is `incomplete`, and so is its message item, in the
+  response object and in the streamed output_item.done event; a finished one is completed."""
+  import json
+  import types
+
+  from infernix_jax.serve import responses as rs
+  done = types.SimpleNamespace(content="abc", tool_calls=[], token_ids=[1, 2], prompt_tokens=3)
+  for finish, status in (("length", "incomplete"), ("timeout", "incomplete"),
+                         ("stop", "completed")):
+    out = rs.response("r", "m", {}, done, finish, {})
+    assert out["status"] == status and out["output"][0]["status"] == status
+    events = rs.Events("r", "m", {})
+    events.delta(types.SimpleNamespace(kind="content", text="abc", index=0))
+    parsed = [json.loads(e.split("data: ", 1)[1]) for e in events.finish(done, finish, {})]
+    [item_done] = [e for e in parsed if e["type"] == "response.output_item.done"]
+    assert item_done["item"]["status"] == status
+    assert parsed[-1]["response"]["output"][0]["status"] == status

@@ -55,3 +55,27 @@ def close(schema: Any, *, _member: bool = False) -> Any:
   if "prefixItems" in out and "items" not in out and "unevaluatedItems" not in out:
     out["items"] = False
   return out
+
+
+def require_all(schema: Any) -> Any:
+  """A copy of `schema` whose object schemas list every declared property in `required`
+  (OpenAI's strict normalization of a function's parameters; with `close`, what the Responses
+  API does to a tool that does not say `strict`). Any output it accepts, the original accepts.
+  """
+  if not isinstance(schema, Mapping):
+    return schema
+  out = dict(schema)
+  for key in _ONE:
+    if isinstance(out.get(key), Mapping):
+      out[key] = require_all(out[key])
+  for key in _LIST + ("allOf",):
+    if isinstance(out.get(key), list):
+      out[key] = [require_all(s) for s in out[key]]
+  for key in _MAP:
+    if isinstance(out.get(key), Mapping):
+      out[key] = {name: require_all(s) for name, s in out[key].items()}
+  props = out.get("properties")
+  if isinstance(props, Mapping) and props:
+    given = [r for r in out.get("required") or () if isinstance(r, str)]
+    out["required"] = given + [name for name in props if name not in given]
+  return out
