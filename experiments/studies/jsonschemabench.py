@@ -69,8 +69,8 @@ def skip(c) -> str | None:
   if c.backend == "off" and c.table != "efficiency":
     return "no constraint: only the efficiency table has an unconstrained baseline"
   if c.backend == "auto" and c.table == "mask":
-    return "auto resolves every JSON Schema to xgrammar (backends.resolve): its masks are " \
-           "xgrammar's"
+    return "auto takes per schema the first backend that compiles it (llguidance, else " \
+           "xgrammar): its masks are those backends' rows"
   return None
 
 
