@@ -3,9 +3,12 @@
   python -m experiments.report DIR [DIR ...] [--out=DIR] [--publish]
   python -m experiments.report --index      # docs/results/README.md, the index of results
 
-The directories must hold the same config (the shards of one sweep); each cell's records come
-from the first directory that closed it successfully. The summary goes to --out (default: the
-first directory); --publish also writes it to the config's publish_dir.
+The directories must hold the same config (the shards of one sweep, or runs of some of its
+cells again: `experiments.run --only`); each cell's records come from the last directory, in
+the order given, that closed it successfully (run directories are named by their start time, so
+a shell glob lists them oldest first and a cell run again supersedes its earlier run). The
+summary goes to --out (default: the first directory); --publish also writes it to the config's
+publish_dir.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from experiments.runner import store, sweep
 
 def merge(run_dirs: list[Path]) -> tuple[dict, list[dict], list[dict]]:
   """(config dict, records of successful cells in sweep order, records closing cells that
-  failed or whose data was absent).
+  failed or whose data was absent). A cell closed successfully in several directories takes
+  the records of the last of them (a cell run again supersedes its earlier run).
 
   Raises:
     ValueError: a directory without a config, or directories with different configs.
   """
   configs, kept, failures, taken = [], [], [], set()
-  for d in run_dirs:
+  for d in reversed(run_dirs):  # the last directory that closed a cell gives its records
     path = Path(d) / store.CONFIG
     if not path.exists():
       raise ValueError(f"{d}: no {store.CONFIG}; not a run directory")
@@ -51,6 +55,7 @@ def merge(run_dirs: list[Path]) -> tuple[dict, list[dict], list[dict]]:
                  and r.get("status") in ("error", "unavailable")
                  and r["cell"] not in taken | store.closed_ok(records)]
     taken |= ok
+  configs.reverse()
   if any(store.canonical(c) != store.canonical(configs[0]) for c in configs[1:]):
     raise ValueError("the run directories hold different configs: merge shards of one sweep")
   failures = [f for f in failures if f["cell"] not in taken]

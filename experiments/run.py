@@ -1,8 +1,8 @@
 """Runs a study from its config: every cell of its grid, resumable, one JSON line per result.
 
   python -m experiments.run --config=configs/<study>.py[:variant] [--config.FIELD=VALUE ...]
-      [--grid FIELD=V1,V2 ...] [--results_dir=results] [--shard=i/n] [--run_dir=DIR]
-      [--noresume] [--resume_across_versions] [--publish]
+      [--grid FIELD=V1,V2 ...] [--only FIELD=V1,V2 ...] [--results_dir=results] [--shard=i/n]
+      [--run_dir=DIR] [--noresume] [--resume_across_versions] [--publish]
 
 Writes results/<study>/<timestamp>/ (config.json, environment.json, runs.jsonl, summary.md,
 plots). A config's optional `plugins` (module names) are imported first: they register the
@@ -10,7 +10,10 @@ drafters or backends its cells name. A failed cell is recorded with its error an
 goes on; a rerun of the same config skips the cells already done, unless another code version
 ran them (refused, naming both versions, without `--resume_across_versions`; each cell's closing
 line names its version). `--grid FIELD=V1,V2` adds or replaces a grid axis over any field of
-the config. `--publish` also writes the summary and plots to the config's `publish_dir`
+the config. `--only FIELD=V1,V2` runs only the cells with those values on that grid axis, in a
+run directory of the whole config; with `--noresume` it runs done cells again in a fresh
+directory, which `experiments.report` merges after the earlier ones (a cell run again supersedes
+its earlier run). `--publish` also writes the summary and plots to the config's `publish_dir`
 (tracked reports are never overwritten otherwise).
 """
 
@@ -50,18 +53,25 @@ _GRID = flags.DEFINE_multi_string("grid", [], "FIELD=V1,V2,...: a grid axis over
                                   "the config (added, or replacing the config's own axis); "
                                   "values take the field's type; a list literal "
                                   "FIELD='[(\"a\", \"b\"), (\"c\",)]' for tuple fields")
+_ONLY = flags.DEFINE_multi_string("only", [], "FIELD=V1,V2,...: run only the cells with one "
+                                  "of these values on that grid axis (the config and its "
+                                  "cell ids stay the whole sweep's)")
 _PUBLISH = flags.DEFINE_bool("publish", False, "also write summary.md and plots to the "
                              "config's publish_dir")
 
 
 def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str = "",
         resume: bool = True, publish: bool = False, resume_across_versions: bool = False,
-        stream=None) -> Path:
+        only=(), stream=None) -> Path:
   """Runs the study of `config` and returns its run directory.
 
+  Args:
+    only: `FIELD=V1,V2` specs (`sweep.select`): run only the cells they select.
+
   Raises:
-    ValueError: a bad config, grid or shard, a plug-in module that does not import, or a run
-      directory to resume that another code version ran (before any cell runs).
+    ValueError: a bad config, grid, `only` spec or shard, a plug-in module that does not
+      import, or a run directory to resume that another code version ran (before any cell
+      runs).
   """
   from infernix_jax.errors import ParameterError
   from infernix_jax.progress import Progress
@@ -76,7 +86,7 @@ def run(config, *, results_dir: str = "results", shard: str = "", run_dir: str =
   study = studies.get(config.study)
   all_cells = sweep.cells(config)
   i, n = sweep.parse_shard(shard) if shard else sweep.default_shard()
-  mine = sweep.shard(all_cells, i, n)
+  mine = sweep.shard(sweep.select(all_cells, config, only), i, n)
   rd = store.RunDir.open(Path(results_dir), config.study, config.to_dict(),
                          environment.collect(), (i, n), resume=resume, run_dir=run_dir,
                          across_versions=resume_across_versions)
@@ -243,7 +253,7 @@ def main(argv) -> int:
     config = sweep.with_axes(_CONFIG.value, _GRID.value)
     run(config, results_dir=_RESULTS.value, shard=_SHARD.value, run_dir=_RUN_DIR.value,
         resume=_RESUME.value, publish=_PUBLISH.value,
-        resume_across_versions=_ACROSS.value)
+        resume_across_versions=_ACROSS.value, only=_ONLY.value)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -151,8 +151,9 @@ def efficiency(c, data: Path, ctx) -> Iterator[dict]:
   """One "request" record per sampled schema, run alone (batch 1): TTFT (submit to the first
   streamed token; it includes the grammar compile, the compile cache cleared before each
   request, as the paper's TTFT includes GCT), TPOT (first to last token over the tokens after
-  the first), GCT (the request's compile seconds), tokens, finish reason and validity. Greedy
-  decoding, `c.max_tokens` tokens at most. XLA compilations of the timed call
+  the first), GCT (the request's compile seconds), the backend that compiled it
+  (`resolved`: under "auto", the one the compiler took), tokens, finish reason and validity.
+  Greedy decoding, `c.max_tokens` tokens at most. XLA compilations of the timed call
   (`xla_compiles`, `xla_compile_s`: 0 after the warm-up) and, on the first record, of the
   warm-up before them (`warmup_xla_compiles`, `warmup_xla_compile_s`)."""
   from infernix_jax.cli.generate import frame_prompt
@@ -201,7 +202,9 @@ def efficiency(c, data: Path, ctx) -> Iterator[dict]:
            "tpot_s": tpot, "wall_s": wall,
            "compile_s": report.compile_seconds if report else 0.0, **compiles.record(),
            **(warmed.record("warmup_") if i == 0 else {}),
-           "cache": report.cache if report else "", "finish_reason": res.finish_reason.value,
+           "cache": report.cache if report else "",
+           "resolved": report.backend if report else "",  # the backend that compiled it
+           "finish_reason": res.finish_reason.value,
            "error": res.error, "valid": item.validate(res.text) if completed else None}
 
 

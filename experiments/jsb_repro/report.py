@@ -3,6 +3,7 @@ figures, plots, and the sentences that compare them (written from the figures)."
 
 from __future__ import annotations
 
+import collections
 import math
 from pathlib import Path
 
@@ -73,6 +74,11 @@ def efficiency_table(records, c) -> tuple[list[str], dict]:
       if not on:
         continue
       f = figs[(subset, backend)] = jsb.efficiency_figures(on, off if backend != "off" else [])
+      if backend == "auto":
+        f.update(jsb.auto_paths(on, by, subset))
+        f["versions"] = {r.get("version") or "unrecorded" for r in records
+                         if r.get("kind") == "cell" and r.get("status") == "ok"
+                         and r["cell"] == on[0]["cell"]} if "cell" in on[0] else set()
       ms = lambda iv: stats.fmt(iv, 1, 1e3)  # noqa: E731
       rows.append([subset, backend, f["requests"],
                    ms(f["compile_s"]) if backend != "off" else "-", ms(f["ttft_s"]),
@@ -196,6 +202,12 @@ def findings(cov: dict, eff: dict, mask: dict, subsets: list[str]) -> list[str]:
                      f"against its empirical {empirical:.0f}%; refused most: {_top(f)})")
       else:
         parts.append(f"{ours} {point:.0f}% strict (refused most: {_top(f)})")
+    f = cov.get((subset, "auto"))
+    if f is not None:
+      took = ", ".join(f"{b} {n}" for b, n in f["took"].most_common()) or "none"
+      parts.append(f"auto {100 * f['coverage'][0]:.0f}% strict (per schema the first backend "
+                   f"that compiles it; schemas taken: {took}; refused by every backend most, "
+                   f"in the first backend's words: {_top(f)})")
     if parts:
       tail = "" if pub else " The paper has no figures for this subset."
       out.append(f"Coverage, {subset}: {'; '.join(parts)}.{tail}")
@@ -235,14 +247,25 @@ def findings(cov: dict, eff: dict, mask: dict, subsets: list[str]) -> list[str]:
          for b in ("xgrammar", "llguidance")}
   if all(gct.values()):
     offs = [eff[(s, "off")]["tpot_s"][0] for s in subsets if (s, "off") in eff]
-    same = [eff[(s, "auto")]["tpot_s"][0] / eff[(s, "xgrammar")]["tpot_s"][0]
-            for s in subsets if (s, "auto") in eff and (s, "xgrammar") in eff]
+    autos = [eff[(s, "auto")] for s in subsets if (s, "auto") in eff]
+    same = [f["path_tpot"] for f in autos if not math.isnan(f.get("path_tpot", math.nan))]
+    took = sum((f.get("took", collections.Counter()) for f in autos), collections.Counter())
+    unnamed = took.pop("", 0)
+    if unnamed:  # requests from before they recorded their backend: not timings of one path
+      versions = sorted(set().union(*(f.get("versions", set()) for f in autos)))
+      out.append(f"auto's efficiency rows: {unnamed} of its requests do not record the backend "
+                 f"that compiled them (cells of code version {', '.join(versions) or '?'}), so "
+                 "they time that version's routing and give no noise estimate; run them again "
+                 "(`experiments.run --only table=efficiency --only backend=auto --noresume`) "
+                 "to time auto as it routes now.")
     if offs and same:
-      spread = max(max(same), 1 / min(same)) - 1  # auto vs xgrammar: one path, two timings
+      spread = max(max(same), 1 / min(same)) - 1  # one path, two timings
+      paths = ", ".join(f"{b} {n}" for b, n in took.most_common())
       head = (f"Noise: the unconstrained TPOT medians run {1e3 * min(offs):.0f}-"
-              f"{1e3 * max(offs):.0f} ms across subsets; auto takes the very path xgrammar "
-              f"takes, and its TPOT median is x{min(same):.2f}-{max(same):.2f} xgrammar's, "
-              "so an on / off ratio within ")
+              f"{1e3 * max(offs):.0f} ms across subsets; auto runs each schema on the path of "
+              f"the backend that compiled it ({paths} requests), and its TPOT median is "
+              f"x{min(same):.2f}-{max(same):.2f} that of the same schemas run with those "
+              "backends, so an on / off ratio within ")
       if spread <= 0.1:
         out.append(head + f"about {100 * spread:.0f}% of 1 is not resolved by this run; "
                    "the machine ran at one speed, so ratios further from 1 are the "

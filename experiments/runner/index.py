@@ -3,10 +3,11 @@
 
 One entry per study config variant that publishes (a non-empty `publish_dir`), in config file
 order: its question (the config's `question`), its headline figure with interval (the
-study's `headline(records, config)` over the committed run directory `run/`, or over its
-shard directories `run/<shard>/` merged), its plots inline, its
-config and command, and the date and revision of the published run. Variants whose reports
-are not published yet are listed apart, and so are the benchmark reports beside them.
+study's `headline(records, config)` over the committed run directory `run/`, or over the
+run directories under it, `run/<dir>/`, merged: a sweep's shards, or cells run again), its
+plots inline, its config and command, and the date and revision of the published run.
+Variants whose reports are not published yet are listed apart, and so are the benchmark reports
+beside them.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ def _published_on(root: Path, summary: Path) -> str:
 
 
 def _run_dirs(run: Path) -> list[Path]:
-  """The committed run directories of a study: `run/` itself, or, for a sharded sweep, its
-  shard directories `run/<shard>/` (merged as `experiments.report` merges them)."""
+  """The committed run directories of a study: `run/` itself, or the run directories under it,
+  `run/<dir>/` in name order (a sharded sweep's shards, or cells run again, named by start
+  time: merged as `experiments.report` merges them, a later run superseding an earlier)."""
   if (run / "config.json").exists():
     return [run]
   return sorted(d for d in run.glob("*/") if (d / "config.json").exists()) if run.is_dir() \
@@ -110,8 +112,8 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
   lines = ["# Results", "",
            "Written by `python -m experiments.report --index` from the study configs and the "
            "reports they published; rerun it after publishing. Each headline figure is "
-           "computed from the committed run directory (`run/`, or its shard directories "
-           "merged) with its 95% bootstrap "
+           "computed from the committed run directory (`run/`, or the run directories "
+           "under it merged) with its 95% bootstrap "
            "interval; the study's summary states the unit of resampling.", ""]
   for config, arg, folder, command, summary in published:
     run_dirs = _run_dirs(root / folder / "run")
@@ -132,7 +134,7 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
     lines += [f"Report: [{rel(summary)}]({rel(summary)}) · config `{arg}` · "
               f"`{command}` · published {_published_on(root, summary)} at git {revision}"
               + ("" if run_dirs else " · run directory not committed")
-              + (f" · {len(run_dirs)} shard directories merged" if len(run_dirs) > 1 else ""),
+              + (f" · {len(run_dirs)} run directories merged" if len(run_dirs) > 1 else ""),
               ""]
     pages = sorted((summary.parent / "traces").glob("*.html"))  # NNN-<cell>.html
     if pages:

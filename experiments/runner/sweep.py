@@ -258,6 +258,37 @@ def default_shard(environ=None) -> tuple[int, int]:
   return (jax.process_index(), n) if n > 1 else (0, 1)
 
 
+def select(all_cells: list[Cell], config: ml_collections.ConfigDict,
+           specs: Sequence[str]) -> list[Cell]:
+  """The cells whose value on each spec's axis is one of the spec's values: `FIELD=V1,V2,...`
+  over a grid axis of `config` (values as the cell ids spell them). Cells keep their ids and
+  sweep indices, so a run of the selection resumes and merges as the whole sweep's cells do.
+
+  Raises:
+    ValueError: a malformed spec, a field that is not a grid axis (naming the axes), or a value
+      the axis lacks (naming its values).
+  """
+  keep = list(all_cells)
+  grid = dict(axes(config))
+  for spec in specs:
+    field, sep, text = (part.strip() for part in spec.partition("="))
+    where = f"--only {spec}"
+    if not sep or not field or not text:
+      raise ValueError(f"{where}: expected FIELD=V1,V2,... over a grid axis (e.g. --only "
+                       "backend=auto)")
+    if field not in grid:
+      raise ValueError(f"{where}: {field!r} is not an axis of the grid; its axes: "
+                       f"{', '.join(grid) or 'none'}")
+    spelled = [_format(v) for v in grid[field]]
+    wanted = [v.strip() for v in text.split(",")]
+    unknown = [v for v in wanted if v not in spelled]
+    if unknown:
+      raise ValueError(f"{where}: {', '.join(map(repr, unknown))} not among the axis's values "
+                       f"{', '.join(spelled)}")
+    keep = [c for c in keep if _format(c.overrides[field]) in wanted]
+  return keep
+
+
 def shard(all_cells: list[Cell], i: int, n: int) -> list[Cell]:
   """Every n-th cell starting at i (by sweep index)."""
   return [c for c in all_cells if c.index % n == i]

@@ -69,8 +69,8 @@ def skip(c) -> str | None:
   if c.backend == "off" and c.table != "efficiency":
     return "no constraint: only the efficiency table has an unconstrained baseline"
   if c.backend == "auto" and c.table == "mask":
-    return "auto resolves every JSON Schema to xgrammar (backends.resolve): its masks are " \
-           "xgrammar's"
+    return "auto takes per schema the first backend that compiles it (llguidance, else " \
+           "xgrammar): its masks are those backends' rows"
   return None
 
 
@@ -118,6 +118,7 @@ def coverage_figures(rows) -> dict:
   for key in ("narrowed", "known_gap", "budget", "replay_failures"):
     out[key] = sum(r[key] for r in covered)
   out["refused"] = collections.Counter(r["error"] for r in rows if not r["covered"])
+  out["took"] = collections.Counter(r["backend"] for r in covered)  # auto: who compiled each
   return out
 
 
@@ -153,6 +154,26 @@ def efficiency_figures(on, off) -> dict:
   done = [r for r in mine if r["valid"] is not None]
   out["valid"] = (sum(bool(r["valid"]) for r in done), len(done))
   return out
+
+
+def auto_paths(auto: list[dict], by: dict, subset: str) -> dict:
+  """Where auto's efficiency requests went: `took` (backend that compiled them -> requests;
+  "" for requests that do not record it) and `path_tpot`, auto's TPOT median over the TPOT
+  median of the same schemas run with the backend each auto request took (two timings of one
+  path: its distance from 1 is the run's noise; NaN without such pairs).
+
+  Args:
+    auto: auto's request records of `subset`.
+    by: `efficiency_rows` of every request.
+  """
+  ok = lambda r: not r.get("error") and not math.isnan(r["tpot_s"])  # noqa: E731
+  index = {(b, r["item"]): r for (s, b), rs in by.items() if s == subset and b != "auto"
+           for r in rs if ok(r)}
+  pairs = [(a, index[(a["resolved"], a["item"])]) for a in auto
+           if ok(a) and (a.get("resolved"), a["item"]) in index]
+  path = (float(np.median([a["tpot_s"] for a, _ in pairs])
+                / np.median([b["tpot_s"] for _, b in pairs])) if pairs else math.nan)
+  return {"took": collections.Counter(r.get("resolved", "") for r in auto), "path_tpot": path}
 
 
 def mask_rows(records) -> dict:
@@ -192,10 +213,11 @@ def interval(records, c) -> tuple[float, float, float]:
 
 
 def headline(records, c) -> str:
-  """Coverage of our xgrammar path and of llguidance, all sampled schemas pooled."""
+  """Coverage of our xgrammar path, of llguidance and of auto (per schema the first backend
+  that compiles it), all sampled schemas pooled."""
   by = coverage_rows(records)
   parts = []
-  for backend in ("xgrammar", "llguidance"):
+  for backend in ("xgrammar", "llguidance", "auto"):
     rows = [r for (_, b), rs in by.items() if b == backend for r in rs]
     if rows:
       parts.append(f"{backend} {stats.fmt(coverage_figures(rows)['coverage'], 1, 100)}%")

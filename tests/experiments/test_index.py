@@ -62,7 +62,7 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   shutil.move(tmp_path / "shard0", run / "shard0of2")
   shutil.copytree(run / "shard0of2", run / "shard1of2")
   sharded = index.build(root=tmp_path).read_text()
-  assert "2 shard directories merged" in sharded and "run directory not committed" not in sharded
+  assert "2 run directories merged" in sharded and "run directory not committed" not in sharded
   assert (page.split("**Headline.** ")[1].split("\n")[0]
           == sharded.split("**Headline.** ")[1].split("\n")[0])
 

@@ -74,6 +74,66 @@ def test_auto_takes_the_resolved_backends_records():
   assert ("Github_easy", "auto") not in jsb.coverage_rows(only_auto)
 
 
+def _mixed_records(record_backend=True):
+  """Github_easy as auto routes it now: llguidance refuses s1, s2 and s18-s19, xgrammar covers
+  s0-s14, so auto takes llguidance for 16 schemas, xgrammar for s1 and s2, and is refused on
+  s18 and s19 (recorded as the first candidate, llguidance). Efficiency: auto's requests take
+  llguidance (s0-s3) or xgrammar (s4, s5) at the TPOT of that backend's own run of the schema
+  (xgrammar 1.5 x off, llguidance 1.2 x off); with `record_backend` False they name no backend,
+  as requests measured before they recorded it."""
+  recs = []
+  for i in range(20):
+    llg = i not in (1, 2) and i < 18
+    recs.append(_schema("Github_easy", "xgrammar", i, i < 15))
+    recs.append(_schema("Github_easy", "llguidance", i, llg))
+    recs.append({"kind": "schema", "subset": "Github_easy", "backend": "auto",
+                 "schema": f"s{i}.json",
+                 "resolved": "llguidance" if llg or i >= 15 else "xgrammar"})
+  for i in range(6):
+    took = "llguidance" if i < 4 else "xgrammar"
+    for backend, factor in (("off", 1.0), ("xgrammar", 1.5), ("llguidance", 1.2),
+                            ("auto", 1.5 if took == "xgrammar" else 1.2)):
+      rec = {"kind": "request", "subset": "Github_easy", "backend": backend,
+             "item": f"json/Github_easy/s{i}", "ttft_s": 0.1 * factor * (1 + i / 10),
+             "tpot_s": 0.02 * factor * (1 + i / 10),
+             "compile_s": 0.0 if backend == "off" else 0.005, "error": None, "valid": True,
+             "tokens": 20}
+      if backend != "off" and record_backend:
+        rec["resolved"] = took if backend == "auto" else backend
+      recs.append(rec)
+  return recs
+
+
+def test_auto_takes_per_schema_the_backend_that_compiled_it(tmp_path):
+  recs = _mixed_records()
+  by = jsb.coverage_rows(recs)
+  auto = by[("Github_easy", "auto")]
+  assert [r["backend"] for r in auto] == ["llguidance"] + ["xgrammar"] * 2 + ["llguidance"] * 17
+  f = jsb.coverage_figures(auto)
+  # The union of what the two backends compile: 18 of 20, neither backend alone reaches it.
+  assert f["coverage"][0] == pytest.approx(0.9)
+  assert jsb.coverage_figures(by[("Github_easy", "llguidance")])["coverage"][0] == 0.8
+  assert f["took"] == {"llguidance": 16, "xgrammar": 2}
+  assert f["refused"] == {"oneOf": 2}
+  assert f["instances"] == 18 * 4
+  assert "auto 90.0 [" in jsb.headline(recs, _config())
+  text = jsb.summarize(recs, _config(), tmp_path)
+  assert _bracketed(_row(text, "| Github_easy | auto | 20 |")[3])[0] == 90.0
+  assert ("auto 90% strict (per schema the first backend that compiles it; schemas taken: "
+          "llguidance 16, xgrammar 2; refused by every backend most, in the first backend's "
+          "words: `oneOf`)") in text
+  # Each auto request is timed against its own backend's run of the schema: one path, ratio 1.
+  assert "auto runs each schema on the path of the backend that compiled it (llguidance 4, " \
+         "xgrammar 2 requests), and its TPOT median is x1.00-1.00" in text
+  assert "very path xgrammar takes" not in text and "do not record the backend" not in text
+
+
+def test_auto_requests_without_their_backend_give_no_noise_estimate(tmp_path):
+  text = jsb.summarize(_mixed_records(record_backend=False), _config(), tmp_path)
+  assert "auto's efficiency rows: 6 of its requests do not record the backend" in text
+  assert "Noise:" not in text
+
+
 def test_efficiency_ratio_pairs_the_same_schemas():
   by = jsb.efficiency_rows(_records())
   f = jsb.efficiency_figures(by[("Github_easy", "xgrammar")], by[("Github_easy", "off")])

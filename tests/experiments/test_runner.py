@@ -162,6 +162,37 @@ def test_deterministic_and_shards_merge_to_the_whole(tmp_path):
     report.build([shards[0], _run(other, tmp_path / "other")], out_dir=tmp_path / "x")
 
 
+def test_some_cells_run_again_supersede_their_earlier_run(tmp_path):
+  """`only` runs the selected cells in a directory of the whole config; merged after the
+  earlier directory, its cells replace the earlier run's and the others stay."""
+  c = _config()
+  first = _run(c, tmp_path / "first")
+  again = "drafter=counterexample/sparse,rule=exact"
+  marked = [{**r, "earlier": True} for r in store.read_records(first)]
+  (first / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in marked))
+  second = _run(c, tmp_path / "second", only=("drafter=counterexample/sparse", "rule=exact"))
+  assert {r["cell"] for r in store.read_records(second)} == {again}
+  assert json.loads((second / "config.json").read_text()) == \
+      json.loads((first / "config.json").read_text())
+  assert "3 of 4 cells have not run" in (second / "summary.md").read_text()
+  _, records, _ = report.merge([first, second])
+  assert {r["cell"] for r in records} == {cell.id for cell in sweep.cells(c)}
+  assert all(bool(r.get("earlier")) == (r["cell"] != again) for r in records)
+  _, records, _ = report.merge([second, first])  # the order given decides
+  assert all(r.get("earlier") for r in records)
+  merged = report.build([first, second], out_dir=tmp_path / "merged").read_text()
+  assert "from 2 run directories; 4 of 4 cells done" in merged
+  # A selection over a field that is not an axis, or a value the axis lacks, is named.
+  with pytest.raises(ValueError, match=r"--only seed=1: 'seed' is not an axis of the grid; "
+                     r"its axes: drafter, rule"):
+    _run(c, tmp_path / "x", only=("seed=1",))
+  with pytest.raises(ValueError, match=r"'exakt' not among the axis's values exact, "
+                     r"drop-illegal"):
+    _run(c, tmp_path / "x", only=("rule=exakt",))
+  with pytest.raises(ValueError, match="expected FIELD=V1,V2"):
+    sweep.select(sweep.cells(c), c, ["rule"])
+
+
 def test_publish_only_when_asked(tmp_path):
   c = _config(rule=("exact",), drafter=("counterexample/dense",))
   c.publish_dir = str(tmp_path / "tracked")
