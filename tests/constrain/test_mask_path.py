@@ -85,7 +85,9 @@ CONSTRAINTS = {"json": ic.OutputConstraint.json_schema(SCHEMA),
 @pytest.fixture(scope="module", params=sorted(CONSTRAINTS))
 def walked(qwen3_vocab, request):
   """(constraint name, compiled, walk prefixes, their `reference` masks)."""
-  compiled = ic.ConstraintCompiler(qwen3_vocab).compile(CONSTRAINTS[request.param])
+  # This module checks our xgrammar mask path against raw xgrammar calls.
+  compiled = ic.ConstraintCompiler(qwen3_vocab).compile(CONSTRAINTS[request.param],
+                                                        backend="xgrammar")
   prefixes = walk_states(compiled, random.Random(0), n_walks=3, steps=12)
   return request.param, compiled, prefixes, [reference(compiled, p) for p in prefixes]
 
