@@ -142,7 +142,7 @@ def drafting_costs(target, k: int, repeats: int = 20) -> dict:
   from infernix_jax.models import drafters as md
   from infernix_jax.models.drafters import weights as dw
   from infernix_jax.models.kv_cache import KVCache
-  from infernix_jax.runtime.drafters._trained import head_for
+  from infernix_jax.models.drafters.weights import head_for
   cfg, model = target[0].cfg, target[0].model
   head = md.TargetHead.from_model(model)
   out = {}

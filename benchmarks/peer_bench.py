@@ -63,10 +63,11 @@ class Run:
 # --- workloads ------------------------------------------------------------------------------
 def workload_sets(args, tok, accepts) -> tuple[dict[str, list[Workload]], dict[str, int]]:
   """The workload sets; `accepts(schema)` returns None or why a schema is skipped."""
+  from infernix_jax.chat_template import frame_prompt
   from infernix_jax.cli import generate as cli
 
   def make(name, prompt, schema):
-    text = cli.frame_prompt(tok, prompt)
+    text = frame_prompt(tok, prompt)
     return Workload(name, text, tuple(tok.encode(text)), schema)
 
   sets, skipped = {}, {}

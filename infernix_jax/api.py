@@ -204,10 +204,10 @@ class LLM:
     `chat_template_kwargs` are further template variables (e.g. `enable_thinking`).
     """
     extra = dict(chat_template_kwargs or {})
+    from infernix_jax.chat_template import chat_messages
     from infernix_jax.constrain import framing as fr
     if isinstance(prompt, str):
-      messages = ([{"role": "system", "content": system}] if system else []) + [
-          {"role": "user", "content": prompt}]
+      messages = chat_messages(prompt, system)
     else:
       messages = [dict(m) for m in prompt]
       if system:

@@ -2,8 +2,10 @@
 
 The one renderer of the package: `models.Tokenizer.apply_chat_template` and
 `constrain.framing.render_chat` both render through `ChatTemplate`, so a chat renders the same
-bytes whichever path a surface takes. Host only (json + jinja2): models and constrain both
-import it, it imports neither.
+bytes whichever path a surface takes. `frame_prompt` is the one framing of a plain prompt
+(a user turn, optional system turn, then the assistant header) that the CLI's --chat, the
+Python API, training, the studies and the benchmarks feed the model. Host only (json +
+jinja2): models and constrain both import it, it imports neither.
 """
 
 from __future__ import annotations
@@ -194,3 +196,23 @@ def _load_template(path: str, mtime_ns: int) -> ChatTemplate:
 def compiled(source: str, special: tuple[tuple[str, str], ...] = ()) -> ChatTemplate:
   """The ChatTemplate of a source text and special spellings, compiled once per pair."""
   return ChatTemplate(source, dict(special))
+
+
+def chat_messages(prompt: str, system: str | None = None) -> list[dict]:
+  """The chat turns of a prompt: an optional system message, then the user message."""
+  return ([{"role": "system", "content": system}] if system else []) + [
+      {"role": "user", "content": prompt}]
+
+
+def frame_prompt(tok, prompt: str, *, system: str | None = None) -> str:
+  """The prompt text as `generate --chat` (and so `make run`) feeds it to the model.
+
+  Args:
+    tok: the model's tokenizer (`models.load_tokenizer`), whose chat template renders it.
+    prompt: the user message.
+    system: optional system message.
+
+  Returns:
+    The rendered turns ending with the assistant header (encode it with `tok.encode`).
+  """
+  return tok.apply_chat_template(chat_messages(prompt, system), add_generation_prompt=True)

@@ -19,9 +19,11 @@ A module that registers on import is a plug-in: `infernix-jax generate --plugin 
 from infernix_jax.runtime.drafters import (BuildContext, Committed, DraftInput, Drafter,
                                            DrafterOptions, DrafterSpec, JumpForward,
                                            NoOptions, OptionError, Proposal, create, entry,
-                                           fields, names, options, register)
+                                           fields, names, options, register,
+                                           resolve_jump_forward)
 from infernix_jax.runtime.drafters.base import one_hot_rows
 
 __all__ = ["BuildContext", "Committed", "DraftInput", "Drafter", "DrafterOptions",
            "DrafterSpec", "JumpForward", "NoOptions", "OptionError", "Proposal", "create",
-           "entry", "fields", "names", "one_hot_rows", "options", "register"]
+           "entry", "fields", "names", "one_hot_rows", "options", "register",
+           "resolve_jump_forward"]

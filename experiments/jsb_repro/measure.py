@@ -156,7 +156,7 @@ def efficiency(c, data: Path, ctx) -> Iterator[dict]:
   Greedy decoding, `c.max_tokens` tokens at most. XLA compilations of the timed call
   (`xla_compiles`, `xla_compile_s`: 0 after the warm-up) and, on the first record, of the
   warm-up before them (`warmup_xla_compiles`, `warmup_xla_compile_s`)."""
-  from infernix_jax.cli.generate import frame_prompt
+  from infernix_jax.chat_template import frame_prompt
   from infernix_jax.runtime import GenerationRequest, SamplingOptions, compile_count
 
   from infernix_jax import constrain as ic

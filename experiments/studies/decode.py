@@ -132,7 +132,7 @@ def config_k(d) -> int:
 def _requests(c, eng, tok, batch: int) -> tuple[list, list, list]:
   """(requests, their items, skip records) of a cell's batch b (seeds continuing)."""
   from infernix_jax.runtime import GenerationRequest, SamplingOptions
-  from infernix_jax.cli.generate import frame_prompt
+  from infernix_jax.chat_template import frame_prompt
 
   items = _items(c, batch)
   first_seed = c.seed + batch * units(c)

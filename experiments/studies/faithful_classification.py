@@ -37,7 +37,7 @@ def run_cell(c, ctx) -> Iterator[dict]:
   `xla_compile_s`); the first record also those of the engine's build and warm-up
   (`warmup_xla_compiles`, `warmup_xla_compile_s`)."""
   from infernix_jax.runtime import GenerationRequest, compile_count
-  from infernix_jax.cli.generate import frame_prompt
+  from infernix_jax.chat_template import frame_prompt
 
   # The items first: a data set that is absent is reported before an engine is built.
   items = _chunk(workloads.load(f"labels:{c.dataset}", c.limit, seed=c.seed,

@@ -220,12 +220,11 @@ def _validate() -> None:
   f = FLAGS
   if f.unconstrained and _constraint_flags_given():
     raise UsageError("--unconstrained conflicts with the constraint flags; drop one")
-  if f.trace is not None and f.bridge != "stages":
-    raise UsageError(f"--trace needs --bridge=stages (got --bridge={f.bridge}): the callback "
-                     f"bridge's compiled loop runs no trace step")
-  if f.logprobs is not None and f.bridge != "stages":
-    raise UsageError(f"--logprobs needs --bridge=stages (got --bridge={f.bridge}): the "
-                     f"callback bridge's compiled loop runs no logprobs step")
+  from infernix_jax.runtime.types import check_bridge
+  try:
+    check_bridge(f.bridge, logprobs=f.logprobs, trace=f.trace is not None)
+  except ParameterError as e:
+    raise usage_error(e) from None
   for name in ("tools-file", "json-schema-file", "grammar-file"):
     path = f[name].value
     if path is not None and not Path(path).is_file():
@@ -378,30 +377,11 @@ def _sampling():
                          repetition_penalty=f["repetition-penalty"].value)
 
 
-def chat_messages(prompt: str, system: str | None = None) -> list[dict]:
-  """The chat turns of a prompt: an optional system message, then the user message."""
-  return ([{"role": "system", "content": system}] if system else []) + [
-      {"role": "user", "content": prompt}]
-
-
-def frame_prompt(tok, prompt: str, *, system: str | None = None) -> str:
-  """The prompt text as `generate --chat` (and so `make run`) feeds it to the model.
-
-  Args:
-    tok: the model's tokenizer (`models.load_tokenizer`), whose chat template renders it.
-    prompt: the user message.
-    system: optional system message.
-
-  Returns:
-    The rendered turns ending with the assistant header (encode it with `tok.encode`).
-  """
-  return tok.apply_chat_template(chat_messages(prompt, system), add_generation_prompt=True)
-
-
 def generate() -> dict:
   """Runs one generation from the flags; returns the result dict (also printed)."""
   import dataclasses
 
+  from infernix_jax.chat_template import chat_messages, frame_prompt
   from infernix_jax.runtime import build
   from infernix_jax.runtime.types import GenerationRequest
 

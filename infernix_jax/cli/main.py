@@ -16,17 +16,13 @@ COMMANDS = ("generate", "serve", "trace")
 HELP_ARGS = ("-h", "--help", "-help", "--helpshort", "-?")
 
 
-def _jump_forward_default_on() -> bool | None:
-  """--jump-forward, or the spec's default (on for a drafting drafter): a server's requests
-  are mostly constrained, and jump-forward drafts only apply to constrained lanes."""
-  return FLAGS["jump-forward"].value
-
-
 def _run_serve() -> int:
   """`serve`: the generate command's model and drafting flags, then the server's own."""
   _serve.check()
+  # --jump-forward, else the spec's default (on for a drafting drafter): a server's requests
+  # are mostly constrained, and jump-forward drafts only apply to constrained lanes.
   spec = _generate.engine_spec(lanes=FLAGS.lanes, capacity=FLAGS.capacity,
-                               jump_forward=_jump_forward_default_on())
+                               jump_forward=FLAGS["jump-forward"].value)
   return _serve.serve(spec)
 
 

@@ -5,7 +5,7 @@ from infernix_jax.pallas import rng
 from infernix_jax.pallas._sampling import unpack_legal
 from infernix_jax.pallas._types import (FLAG_DEAD_END, FLAG_EMPTY, FLAG_NONFINITE,
                                         PURPOSE_SAMPLE, SPARSE_Q_WIDTH, DenseQ, OneHotQ,
-                                        SamplingParams, SparseQ)
+                                        SamplingParams, SparseQ, pack_ids)
 from infernix_jax.pallas.dispatch import masked_sample, resolve_impl, spec_accept, tree_accept
 from infernix_jax.pallas.masked_sample import (BlockSizes, masked_probs_reference,
                                                masked_sample_kernel,
@@ -20,7 +20,7 @@ __all__ = [
     "FLAG_DEAD_END", "FLAG_EMPTY", "FLAG_NONFINITE", "PURPOSE_SAMPLE", "SPARSE_Q_WIDTH",
     "BlockSizes", "DenseQ", "OneHotQ", "SamplingParams", "SparseQ", "SpecResult",
     "masked_probs_reference", "masked_sample", "masked_sample_kernel",
-    "masked_sample_reference", "resolve_impl",
+    "masked_sample_reference", "pack_ids", "resolve_impl",
     "rng", "spec_accept", "spec_accept_kernel", "spec_accept_reference", "unpack_legal",
     "TokenLogprobs", "token_logprobs_reference",
     "TreeResult", "tree_accept", "tree_accept_kernel", "tree_accept_reference",

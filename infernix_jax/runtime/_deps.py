@@ -69,5 +69,5 @@ def sampling_params(temperature, top_k, top_p, min_p, presence, frequency, histo
 
 def pack_ids(ids, rows: int, width: int):
   """pallas `pack_ids`: packed bitsets i32[rows, ceil(width / 32)] of per-row id lists."""
-  from infernix_jax.pallas._types import pack_ids as pack
+  from infernix_jax.pallas import pack_ids as pack
   return pack(ids, rows, width)

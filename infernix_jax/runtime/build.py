@@ -24,7 +24,6 @@ from infernix_jax.errors import ParameterError
 
 __all__ = ["Assembly", "EngineSpec", "Target", "build_engine", "load_plugins", "load_target"]
 
-BRIDGES = ("stages", "callback")
 ACCEPTANCE_RULES = ("exact", "drop-illegal")  # "drop-illegal": the wrong rule, for the exactness study
 DTYPES = ("float32", "bfloat16")
 
@@ -70,11 +69,10 @@ class EngineSpec:
 
   @property
   def resolved_jump_forward(self) -> bool:
-    """jump_forward, defaulting to on for every drafter that drafts."""
+    """jump_forward, defaulting to on for every drafter that drafts
+    (`drafters.resolve_jump_forward`)."""
     from infernix_jax.runtime import drafters
-    if self.jump_forward is not None:
-      return bool(self.jump_forward)
-    return drafters.entry(self.drafter).drafts
+    return drafters.resolve_jump_forward(self.drafter, self.jump_forward)
 
   @property
   def k(self) -> int:
@@ -100,6 +98,7 @@ class EngineSpec:
     from infernix_jax.constrain import backends
     from infernix_jax.models import unrolled
     from infernix_jax.runtime import drafters
+    from infernix_jax.runtime.types import BRIDGES
     load_plugins(self.plugins)
     _integer("lanes", self.lanes, 1)
     _integer("capacity", self.capacity, 16)
@@ -121,11 +120,8 @@ class EngineSpec:
     if self.backend != "auto" and self.backend not in backends.names():
       raise ParameterError("backend", f"{self.backend!r} must be auto or one of "
                            f"{', '.join(backends.names())}")
-    entry = drafters.entry(self.drafter)
     self.drafter_config()
-    if self.jump_forward and not entry.drafts:
-      raise ParameterError("jump_forward", f"drafter {self.drafter!r} drafts nothing to "
-                           f"extend; use drafter 'jump' for jump-forward drafts alone")
+    drafters.resolve_jump_forward(self.drafter, self.jump_forward)
     if files and self.model is not None and not Path(self.model).exists():
       raise ParameterError("model", f"{self.model}: no such file or directory")
     if self.mesh is not None:

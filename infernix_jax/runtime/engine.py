@@ -19,11 +19,11 @@ from infernix_jax.runtime._host import HostState
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
 from infernix_jax.runtime._session import build_session
-from infernix_jax.runtime.build import BRIDGES
 from infernix_jax.runtime.drafters import Drafter, DrafterSpec, NoDrafter
 from infernix_jax.errors import ParameterError
 from infernix_jax.runtime.errors import CapacityError
-from infernix_jax.runtime.types import GenerationRequest, GenerationResult
+from infernix_jax.runtime.types import (BRIDGES, GenerationRequest, GenerationResult,
+                                        check_bridge)
 
 __all__ = ["BRIDGES", "Engine"]
 
@@ -139,13 +139,10 @@ class Engine:
           f"{what} needs a chain drafter: drafter {self.drafter.name!r} proposes token trees, "
           f"whose rounds run no trace step and upload no sampling-law bias; use its chain "
           f"(drafter option tree=false) or drop {what.split('=')[0]}")
+    check_bridge(self.bridge, logprobs=request.logprobs, trace=request.trace,
+                 sampling_law=request.sampling_law)
     law = self._law(request, session, report) if request.sampling_law != "local" else None
     trace = self._trace(request, session) if request.trace else None
-    if request.logprobs is not None and self.bridge != "stages":
-      from infernix_jax.constrain.errors import FeatureConflictError
-      raise FeatureConflictError(
-          f"logprobs needs the engine's stages bridge (got bridge={self.bridge!r}): the "
-          f"callback loop runs no logprobs step; use bridge='stages' or drop logprobs")
     lane = Lane(request=request, session=session, report=report, vocab=self.vocab,
                 tracker=_thinking.tracker_for(request, session, self.vocab), law=law,
                 trace=trace)
@@ -177,16 +174,12 @@ class Engine:
     cached) or onestep (forwards while decoding, added to the report as they run).
 
     Raises:
-      FeatureConflictError: the callback bridge, or a framed (thinking) output.
+      FeatureConflictError: a framed (thinking) output.
       LanguageTooLargeError: the language exceeds the trie's budgets.
     """
     from infernix_jax import faithful
     from infernix_jax.constrain.errors import FeatureConflictError
     from infernix_jax.faithful.onestep import OneStepLaw
-    if self.bridge != "stages":
-      raise FeatureConflictError(
-          f"sampling_law={request.sampling_law!r} needs the engine's stages bridge (got "
-          f"bridge={self.bridge!r}): the callback loop uploads no sampling-law bias")
     if hasattr(session, "in_reasoning"):
       raise FeatureConflictError(
           f"sampling_law={request.sampling_law!r} needs a plain content constraint: this "
@@ -206,17 +199,8 @@ class Engine:
     return law
 
   def _trace(self, request: GenerationRequest, session):
-    """The RequestTrace of a traced request.
-
-    Raises:
-      FeatureConflictError: the callback bridge (its compiled loop has no trace step).
-    """
-    from infernix_jax.constrain.errors import FeatureConflictError
+    """The RequestTrace of a traced request."""
     from infernix_jax.runtime import trace
-    if self.bridge != "stages":
-      raise FeatureConflictError(
-          f"trace=True needs the engine's stages bridge (got bridge={self.bridge!r}): the "
-          f"callback loop runs no trace step; use bridge='stages' or drop trace")
     return trace.RequestTrace(request, self.vocab, trace.meta_of(
         request, session, self.drafter, masked_q=self.masked_q, bridge=self.bridge))
 

@@ -7,9 +7,10 @@ import enum
 import itertools
 from typing import Any, Callable, Sequence
 
-from infernix_jax.errors import ParameterError
+from infernix_jax.errors import ParameterError, RequestConflictError
 
 __all__ = [
+    "BRIDGES",
     "ConstraintReport",
     "FinishReason",
     "GenerationRequest",
@@ -18,10 +19,38 @@ __all__ = [
     "SamplingOptions",
     "TokenEvent",
     "TokenLogprob",
+    "check_bridge",
 ]
 
 _IDS = itertools.count()
 MAX_LOGPROBS = 20  # alternatives per token GenerationRequest.logprobs may ask for
+BRIDGES = ("stages", "callback")  # the round's host bridges (`runtime.Engine`'s bridge)
+
+
+def check_bridge(bridge: str, *, logprobs: int | None = None, trace: bool = False,
+                 sampling_law: str = "local") -> None:
+  """The request features a bridge cannot run: the callback bridge's compiled loop runs no
+  logprobs or trace step and uploads no sampling-law bias, so those need the stages bridge.
+
+  Args:
+    bridge: one of `BRIDGES`.
+    logprobs, trace, sampling_law: the request's fields of those names.
+
+  Raises:
+    RequestConflictError: `param` names the first field that needs the stages bridge.
+  """
+  if bridge == "stages":
+    return
+  got = f"needs the engine's stages bridge (got bridge={bridge!r}): the callback loop"
+  if sampling_law != "local":
+    raise RequestConflictError("sampling_law", f"sampling_law={sampling_law!r} {got} uploads "
+                               f"no sampling-law bias; use bridge='stages' or the local law")
+  if trace:
+    raise RequestConflictError("trace", f"trace=True {got} runs no trace step; use "
+                               f"bridge='stages' or drop trace")
+  if logprobs is not None:
+    raise RequestConflictError("logprobs", f"logprobs {got} runs no logprobs step; use "
+                               f"bridge='stages' or drop logprobs")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,10 +25,14 @@ from typing import Any, Mapping
 from absl import logging
 
 from infernix_jax.api import RequestError
+from infernix_jax.runtime.types import MAX_LOGPROBS
 from infernix_jax.serve import schemas
 
-_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-             "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos")
+# `runtime.SamplingOptions` fields by their JSON type (ranges: `SamplingOptions.validate`).
+_SAMPLING_KINDS = {"temperature": float, "top_p": float, "top_k": int, "min_p": float,
+                   "seed": int, "presence_penalty": float, "frequency_penalty": float,
+                   "repetition_penalty": float}
+_SAMPLING = (*_SAMPLING_KINDS, "min_tokens", "ignore_eos")
 # Accepted and ignored: they steer storage, billing, routing or tracing, not decoding
 # (reasoning_effort is ignored on a model without thinking; on one, see `_thinking`).
 IGNORED = frozenset({"metadata", "store", "user", "service_tier", "prompt_cache_key",
@@ -49,7 +53,6 @@ TEXT_FIELDS = _COMMON | {"prompt", "suffix", "best_of"}
 _STRUCTURED = ("json", "regex", "choice", "grammar", "json_object")
 _STRUCTURED_FLAGS = ("disable_additional_properties", "lenient", "whitespace_pattern")
 MAX_N = 16  # choices per request (each takes a lane)
-MAX_TOP_LOGPROBS = 20  # alternatives per token (the engine's GenerationRequest.logprobs)
 # reasoning_effort on a thinking model -> thinking_budget (None: unbounded)
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": None}
 
@@ -275,6 +278,17 @@ def _thinking(body: Mapping, opts: dict, defaults: Defaults) -> None:
                        f"high")
 
 
+def _sampling_rules(opts: Mapping) -> None:
+  """The library's sampling rules (`SamplingOptions.validate`: ranges and messages written
+  once) on the body's sampling fields, which keep the library's names.
+
+  Raises:
+    RequestError: the field at fault, with the library's message.
+  """
+  from infernix_jax.runtime.types import SamplingOptions
+  SamplingOptions(**{name: opts[name] for name in _SAMPLING_KINDS if name in opts}).validate()
+
+
 def _common(body: Mapping, drafter: str, k: int, fields: dict,
             defaults: Defaults) -> tuple[dict, int | None]:
   opts: dict = {}
@@ -287,16 +301,14 @@ def _common(body: Mapping, drafter: str, k: int, fields: dict,
     if body.get(name) is not None and body[name] != default:
       raise RequestError(name, f"only {json.dumps(default)} is supported (the engine has no "
                          f"{name} yet)")
-  for name, kind, low, high in (("temperature", float, 0, 100), ("top_p", float, 0, 1),
-                                ("top_k", int, 0, None), ("min_p", float, 0, 1),
-                                ("seed", int, 0, 2**32 - 1),
-                                ("presence_penalty", float, -2, 2),
-                                ("frequency_penalty", float, -2, 2),
-                                ("repetition_penalty", float, 0, None),  # > 0: the request's
-                                ("min_tokens", int, 0, None)):           # rule, with max_tokens
-    value = _number(body, name, kind, low, high)
-    if value is not None:
-      opts[name] = value
+  for name, kind in _SAMPLING_KINDS.items():
+    value = _number(body, name, kind)
+    if value is not None:  # a number as sent (messages quote it), an integer as an int
+      opts[name] = value if kind is int else body[name]
+  _sampling_rules(opts)
+  min_tokens = _number(body, "min_tokens", int, 0, None)  # <= max_tokens: the request's rule
+  if min_tokens is not None:
+    opts["min_tokens"] = min_tokens
   if body.get("ignore_eos") is not None:
     opts["ignore_eos"] = _flag(body["ignore_eos"], "ignore_eos")
   stop = body.get("stop")
@@ -328,10 +340,10 @@ def _extras(body: Mapping, parsed: "ParsedRequest", defaults: Defaults,
             logprobs_field: str) -> "ParsedRequest":
   """n, logprobs, max_tool_calls and the ignored fields onto `parsed`."""
   parsed.n = _number(body, "n", int, 1, MAX_N) or 1
-  top = _number(body, "top_logprobs", int, 0, MAX_TOP_LOGPROBS)
+  top = _number(body, "top_logprobs", int, 0, MAX_LOGPROBS)
   want = body.get(logprobs_field)
   if logprobs_field == "logprobs" and parsed.options.get("chat") is False:
-    count = _number(body, "logprobs", int, 0, MAX_TOP_LOGPROBS)  # text: an integer
+    count = _number(body, "logprobs", int, 0, MAX_LOGPROBS)  # text: an integer
     parsed.logprobs = count
   elif _flag(want, "logprobs"):
     parsed.logprobs = top or 0

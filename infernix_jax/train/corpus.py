@@ -108,8 +108,8 @@ def constraint_of(p: Prompt):
 
 def framed_ids(tok, prompt: Prompt) -> list[int]:
   """The prompt as the CLI's --chat feeds it: the chat template with the assistant header."""
-  from infernix_jax.cli import generate as cli
-  return list(tok.encode(cli.frame_prompt(tok, prompt.text)))
+  from infernix_jax.chat_template import frame_prompt
+  return list(tok.encode(frame_prompt(tok, prompt.text)))
 
 
 def generate(target, prompts: Sequence[Prompt], *, seed: int, lanes: int = 4,

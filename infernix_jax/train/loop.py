@@ -206,7 +206,7 @@ def train(c, log=sys.stderr) -> dict:
 
   from infernix_jax import constrain as ic
   from infernix_jax.models.drafters import weights as dw
-  from infernix_jax.runtime.drafters._trained import head_for
+  from infernix_jax.models.drafters.weights import head_for
   t_start = time.perf_counter()
   scored, target, model_id, rows, used_tokens = load_scored(c, log)
   cfg, model = target.cfg, target.model

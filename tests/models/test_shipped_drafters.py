@@ -32,12 +32,12 @@ def _sequence(cfg, model, tok):
 
 def _greedy_sequence(cfg, model, tok):
   from infernix_jax import models as im
-  from infernix_jax.cli import generate as cli
+  from infernix_jax.chat_template import frame_prompt
   question = ('Answer as JSON following this schema: {"type": "object", "properties": '
               '{"city": {"type": "string"}, "population": {"type": "integer"}, "country": '
               '{"type": "string"}}, "required": ["city", "population", "country"]}')
   # (a schema outside the training mix; the continuation is the target's own, greedy)
-  ids = list(tok.encode(cli.frame_prompt(tok, question)))
+  ids = list(tok.encode(frame_prompt(tok, question)))
   p_len = len(ids)
   gd, st = nnx.split(model)
   width = p_len + 32  # one padded width (causal: padding never reaches earlier positions)

@@ -27,6 +27,12 @@ def run_cli(args):
     (["generate", "--thinking-budget=-2"], "--thinking-budget: thinking_budget=-2 must be an"),
     (["generate", "--max-tokens=0"], "--max-tokens"),
     (["generate", "--bridge=fast"], "--bridge"),
+    (["generate", "--bridge=callback", "--trace=t.json"],
+     "--trace: trace=True needs the engine's stages bridge (got bridge='callback')"),
+    (["generate", "--bridge=callback", "--logprobs=2"],
+     "--logprobs: logprobs needs the engine's stages bridge (got bridge='callback')"),
+    (["generate", "--drafter=none", "--jump-forward"],
+     "--jump-forward: drafter 'none' drafts nothing to extend"),
     (["generate", "--drafter=magic"], "--drafter: unknown drafter 'magic'; known drafters: "
                                       "none, ngram, suffix, jump"),
     (["generate", "--backend=magic"], "--backend: 'magic' must be auto or one of xgrammar, "

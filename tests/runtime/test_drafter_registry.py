@@ -58,6 +58,22 @@ def test_names_and_errors():
   assert drafters.create("jump", {"k": 2}).name == "jump"
 
 
+def test_jump_forward_default_and_rule_are_one():
+  """The spec, the factory and the public registry share one jump-forward rule: on by
+  default exactly for drafters that draft, refused around one that drafts nothing."""
+  from infernix_jax.runtime.build import EngineSpec
+  quiet = [name for name in drafters.names() if not drafters.entry(name).drafts]
+  assert "none" in quiet
+  for name in drafters.names():
+    assert EngineSpec(drafter=name).resolved_jump_forward == drafters.entry(name).drafts
+    assert EngineSpec(drafter=name, jump_forward=False).resolved_jump_forward is False
+  for name in quiet:
+    by_spec = _param(lambda: EngineSpec(drafter=name, jump_forward=True).validate(files=False))
+    by_factory = _param(lambda: drafters.create(name, jump_forward=True))
+    assert (by_spec.param, by_spec.message) == (by_factory.param, by_factory.message)
+    assert by_spec.param == "jump_forward"
+
+
 def test_options_validation():
   """Unknown fields name the drafter and list its fields; command-line strings convert to
   the field's type; an options mapping and keyword overrides combine."""

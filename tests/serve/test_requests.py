@@ -77,6 +77,34 @@ def test_speculative_options():
   assert chat().max_drafts is None
 
 
+# Edge values of the sampling fields: the server's parse must decide each as the library does.
+SAMPLING_EDGES = [("top_p", 0), ("top_p", 1), ("top_p", 1.5), ("temperature", 0),
+                  ("temperature", 150.0), ("temperature", -0.5), ("top_k", -1), ("top_k", 0),
+                  ("min_p", 1), ("min_p", 1.5), ("seed", 2**32 - 1), ("seed", 2**32),
+                  ("presence_penalty", 3.0), ("frequency_penalty", -3.0),
+                  ("repetition_penalty", 0), ("repetition_penalty", 0.5)]
+
+
+@pytest.mark.parametrize("name,value", SAMPLING_EDGES, ids=[f"{n}={v}" for n, v in SAMPLING_EDGES])
+def test_sampling_rules_are_the_librarys(name, value):
+  """A sampling field is accepted by the server's parse exactly when `SamplingOptions`
+  accepts it, and refused with the library's field and message."""
+  from infernix_jax.runtime.types import SamplingOptions
+  try:
+    SamplingOptions(**{name: value}).validate()
+    expected = None
+  except RequestError as e:
+    expected = (e.param, e.message)
+  try:
+    p = chat(**{name: value})
+    got = None
+  except RequestError as e:
+    got = (e.param, e.message)
+  assert got == expected
+  if got is None:
+    assert p.options[name] == value
+
+
 @pytest.mark.parametrize("body,param", [
     ({"messages": []}, "messages"),
     ({"messages": [{"content": "x"}]}, "messages[0]"),
@@ -311,6 +339,13 @@ def test_tiny_server_exact_logprobs_and_vllm_fields():
                          ({"min_tokens": 5}, "min_tokens")):
       r = client.post("/v1/completions", json=dict(body, **extra))
       assert r.status_code == 400 and r.json()["error"]["param"] == param
+    # top_p = 0: refused by the server as by the library, in the library's words.
+    r = client.post("/v1/completions", json=dict(body, top_p=0))
+    with pytest.raises(RequestError) as lib:
+      llm.prepare([1, 1, 2, 1], max_tokens=4, temperature=1.0, top_p=0)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == lib.value.param == "top_p"
+    assert r.json()["error"]["message"] == lib.value.message
   finally:
     scheduler.stop()
 

@@ -81,6 +81,15 @@ def draft_vocab_of(net) -> np.ndarray | None:
   return None if v is None else np.asarray(v[...], np.int32)
 
 
+def head_for(model, net):
+  """The target's head as network `net` drafts with it (a `TargetHead`): restricted to the
+  draft vocabulary the network was trained on, when it has one."""
+  from infernix_jax.models.drafters.base import TargetHead
+  head = TargetHead.from_model(model)
+  vocab = draft_vocab_of(net)
+  return head if vocab is None else head.restricted(vocab)
+
+
 def target_fingerprint(embed) -> str:
   """A short fingerprint of a target's embedding [Vm, D] (first 256 rows, 6 digits)."""
   rows = np.asarray(embed[:256], np.float64)

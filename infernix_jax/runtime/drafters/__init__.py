@@ -142,6 +142,23 @@ def options(name: str, overrides: Mapping[str, Any] | Any = None) -> Any:
 _validated = options  # `create`'s parameter of that name shadows the function
 
 
+def resolve_jump_forward(name: str, asked: bool | None) -> bool:
+  """Whether drafter `name` runs behind grammar jump-forward: `asked`, or by default on for
+  every drafter that drafts.
+
+  Raises:
+    ParameterError("jump_forward"): asked for around a drafter that drafts nothing (its
+      drafts would be the forced tokens alone: that is drafter "jump").
+  """
+  drafts = entry(name).drafts
+  if asked is None:
+    return drafts
+  if asked and not drafts:
+    raise ParameterError("jump_forward", f"drafter {name!r} drafts nothing to extend; use "
+                         f"drafter 'jump' for jump-forward drafts alone")
+  return bool(asked)
+
+
 def create(name: str, options: Mapping[str, Any] | Any = None, *, target: Any = None,
            load_model: Callable | None = None, jump_forward: bool = False,
            **overrides) -> Drafter:
@@ -164,9 +181,7 @@ def create(name: str, options: Mapping[str, Any] | Any = None, *, target: Any = 
       options = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     options = {**(options or {}), **overrides}
   opts = _validated(name, options)
-  if jump_forward and not e.drafts:
-    raise ParameterError("jump_forward", f"drafter {name!r} drafts nothing to extend; use "
-                         f"drafter 'jump' for jump-forward drafts alone")
+  jump_forward = resolve_jump_forward(name, jump_forward)
   try:
     drafter = e.build(opts, BuildContext(target=target, load_model=load_model))
   except OptionError as err:

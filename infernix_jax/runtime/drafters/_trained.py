@@ -62,13 +62,3 @@ def network(options: TrainedOptions, context, name: str, kind: str, random_net):
               "pass weights=PATH for another target, or weights='random' for an untrained "
               "network)") if w is None else "this target"
   return dw.load(path, kind, cfg, model.embed[...], expected=expected)
-
-
-def head_for(model, net):
-  """The target's head as network `net` drafts with it: restricted to the draft vocabulary
-  the network was trained on, when it has one."""
-  from infernix_jax.models import drafters as md
-  from infernix_jax.models.drafters import weights as dw
-  head = md.TargetHead.from_model(model)
-  vocab = dw.draft_vocab_of(net)
-  return head if vocab is None else head.restricted(vocab)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from infernix_jax.models.drafters.weights import head_for
 from infernix_jax.runtime.drafters._net import NetDrafter, TreeOptions
-from infernix_jax.runtime.drafters._trained import TrainedOptions, head_for, network, target_of
+from infernix_jax.runtime.drafters._trained import TrainedOptions, network, target_of
 
 
 @dataclasses.dataclass(frozen=True)
