@@ -36,6 +36,7 @@ def _case() -> cases.Case:
 
 def _under(policy: bool, monkeypatch, fn, *args, **kw):
   monkeypatch.setattr(_sampling, "skip_is_free", lambda: policy)
+  jax.clear_caches()  # the policy is read at trace time: trace again
   return jax.device_get(jax.jit(fn.__wrapped__, static_argnames=tuple(kw))(*args, **kw))
 
 
