@@ -12,7 +12,7 @@ a threshold on the order-preserving int32 key of z, found by bisection (no sort:
 
 Branches: everything cheap (a pass or two over the rows) runs for every row and a select
 keeps what a row needs. The expensive parts (the C-largest top-k, the whole-row bisections
-of large top-k, its ties and top-p) go through `only_if`: skipped when no row needs them
+of large top-k, its ties and top-p, the dense draw's noise) go through `only_if`: skipped when no row needs them
 where a skip is free, computed and selected where a conditional would wait on the host.
 """
 
@@ -147,7 +147,8 @@ class Thresholds(NamedTuple):
 TOPK_CAP = 64
 
 # The names of the expensive branches `only_if` may skip (the lowering test lists them).
-SKIPPABLE = ("top_k_small", "top_k_bisection", "top_k_ties", "top_p_bisection")
+SKIPPABLE = ("top_k_small", "top_k_bisection", "top_k_ties", "top_p_bisection",
+             "dense_draw")
 
 
 def skip_is_free() -> bool:
@@ -353,21 +354,27 @@ def draw(z, legal, th: Thresholds, key):
   """Per row, the Gumbel-max draw of z * inv_t over S (-1 for greedy or flagged rows).
 
   Small-k rows draw within their C sorted candidates, the other sampling rows over the whole
-  row: a few passes, run for every row (a row's thresholds are INT_MIN where it has none,
-  and min-p 0 keeps every finite weight) and selected per row.
+  row (noise for every id: the costly part, skipped by `only_if` while no such row samples).
+  Its cuts are cheap and apply to every row: a row's thresholds are INT_MIN where it has
+  none, and min-p 0 keeps every finite weight.
   """
   zt_top = jnp.take_along_axis(z, th.top_ids, -1) * th.inv_t[:, None]
   sparse = _argmax_gumbel_at(zt_top, th.top_cand, th.top_ids, key)
   rest = th.sampling & ~th.small
   col = lambda x: x[:, None]
-  zt = z * col(th.inv_t)
-  cand = legal & jnp.isfinite(z) & col(rest)
-  ids = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :]
-  keys = sort_key(jnp.where(cand, z, 0.0))
-  cand = cand & ((keys > col(th.tk)) | ((keys == col(th.tk)) & (ids <= col(th.tid)))) & (
-      keys >= col(th.tp))
-  cand = cand & (jnp.exp(zt - col(th.m)) >= col(th.min_p))
-  dense_tok = gumbel_argmax(zt, cand, key)
+
+  def dense():
+    zt = z * col(th.inv_t)
+    cand = legal & jnp.isfinite(z) & col(rest)
+    ids = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :]
+    keys = sort_key(jnp.where(cand, z, 0.0))
+    cand = cand & ((keys > col(th.tk)) | ((keys == col(th.tk)) & (ids <= col(th.tid)))) & (
+        keys >= col(th.tp))
+    cand = cand & (jnp.exp(zt - col(th.m)) >= col(th.min_p))
+    return gumbel_argmax(zt, cand, key)
+
+  dense_tok = only_if(jnp.any(rest), dense, lambda: jnp.full(th.flags.shape, -1, jnp.int32),
+                      "dense_draw")
   return jnp.where(th.small, sparse, jnp.where(rest, dense_tok, -1))
 
 
