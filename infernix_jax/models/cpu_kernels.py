@@ -8,8 +8,10 @@ CPU code pays a copy of its operands before the work:
 Both sources are compiled on first use, into one library, with the system's C++ compiler
 (`-O3 -march=native`) in the kernel directory (`INFERNIX_JAX_KERNEL_DIR`, default
 `~/.cache/infernix_jax/kernels`), keyed by the sources, the flags, the compiler, jaxlib's
-version and this CPU's feature flags. Without a compiler, off CPU, or with
-`INFERNIX_JAX_CPU_KERNELS=0`, `available()` is False and the models use XLA's own ops.
+version and this CPU's feature flags. Whether they run is the dispatch table's choice for
+this device kind (`pallas.dispatch`, op "cpu_kernels": measured faster on CPU), overridden
+by `INFERNIX_JAX_CPU_KERNELS=0` and inside `disabled()`; without a compiler, or on a device
+the table does not list, `available()` is False and the models use XLA's own ops.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import warnings
 from pathlib import Path
 
 import jax
+
+from infernix_jax.pallas import dispatch
 
 ENV_OFF = "INFERNIX_JAX_CPU_KERNELS"
 ENV_DIR = "INFERNIX_JAX_KERNEL_DIR"
@@ -86,10 +90,20 @@ _disabled = 0  # depth of `disabled()` contexts
 
 
 def available() -> bool:
-  """Whether the kernels are compiled, loaded and registered with XLA's CPU backend (built
-  once per process; False when switched off, off CPU, when they cannot be built, or inside
-  `disabled()`). Callers decide when they trace: a jitted function keeps its choice."""
-  return _disabled == 0 and _loaded()
+  """Whether the models use the kernels: the dispatch table says so for this device kind
+  (`dispatch.choose("cpu_kernels")`, after the overrides: `INFERNIX_JAX_CPU_KERNELS=0`, or
+  inside `disabled()`), and they are compiled, loaded and registered with XLA's CPU backend
+  (built once per process). Callers decide when they trace: a jitted function keeps its
+  choice."""
+  return dispatch.choose("cpu_kernels", impl=_override()) == "kernel" and _loaded()
+
+
+def _override() -> str | None:
+  """'reference' (XLA's own ops) inside `disabled()` or with INFERNIX_JAX_CPU_KERNELS=0;
+  None: the dispatch table decides."""
+  if _disabled or os.environ.get(ENV_OFF, "1") == "0":
+    return "reference"
+  return None
 
 
 @contextlib.contextmanager
@@ -105,7 +119,7 @@ def disabled():
 
 @functools.cache
 def _loaded() -> bool:
-  if os.environ.get(ENV_OFF, "1") == "0" or jax.default_backend() != "cpu":
+  if jax.default_backend() != "cpu":
     return False
   try:
     library = ctypes.cdll.LoadLibrary(str(_build()))

@@ -9,6 +9,11 @@ w = exp(z/T - max_A z/T) on the support S, where
 and p = w / sum_S w. Greedy (T = 0) is argmax_A z, ties to the smaller id. Every support is
 a threshold on the order-preserving int32 key of z, found by bisection (no sort: sorting
 [R, 151936] on CPU costs seconds). Rows are vectorized: arrays are [N, Vm].
+
+Branches: everything cheap (a pass or two over the rows) runs for every row and a select
+keeps what a row needs. The expensive parts (the C-largest top-k, the whole-row bisections
+of large top-k, its ties and top-p, the dense draw's noise) go through `only_if`: skipped when no row needs them
+where a skip is free, computed and selected where a conditional would wait on the host.
 """
 
 from __future__ import annotations
@@ -141,6 +146,31 @@ class Thresholds(NamedTuple):
 
 TOPK_CAP = 64
 
+# The names of the expensive branches `only_if` may skip (the lowering test lists them).
+SKIPPABLE = ("top_k_small", "top_k_bisection", "top_k_ties", "top_p_bisection",
+             "dense_draw")
+
+
+def skip_is_free() -> bool:
+  """Whether this backend skips a branch for free (read at trace time). On CPU and TPU the
+  device reads its own predicate; XLA's GPU conditional copies the predicate to the host and
+  waits for it, which also cuts the step's command buffer (CUDA graph) in pieces."""
+  return jax.default_backend() in ("cpu", "tpu")
+
+
+def only_if(pred, fn, otherwise, name: str):
+  """fn() where the scalar `pred` holds, else otherwise() (same pytree structure).
+
+  For the expensive branches of SKIPPABLE, which most rounds rule out (greedy rows need none
+  of them): a `lax.cond` in the named scope `name` where `skip_is_free()`; elsewhere both
+  run and a select picks, so no conditional waits on the host. The result is the same.
+  """
+  assert name in SKIPPABLE, name
+  with jax.named_scope(name):
+    if skip_is_free():
+      return jax.lax.cond(pred, fn, otherwise)
+    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), fn(), otherwise())
+
 
 def _kth_key(keys, ok, k):
   """Per row, the largest key t with #{ok & key >= t} >= k (k >= 1 assumed where used)."""
@@ -212,13 +242,10 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
   zmax = jnp.max(zf, axis=-1)                   # -inf iff no finite legal logit
   flags = jnp.where(state == 0, FLAG_EMPTY, jnp.where(
       (state == 2) | (zmax == -jnp.inf), FLAG_NONFINITE, 0)).astype(jnp.int32)
-  # max + min over ties (XLA CPU's variadic argmax reduce is ~10x slower); skipped when no
-  # row needs it.
+  # max + min over ties (XLA CPU's variadic argmax reduce is ~10x slower): one cheap pass,
+  # run for every row.
   want = (temperature <= 0) | greedy_all
-  greedy = jax.lax.cond(
-      jnp.any(want),
-      lambda: jnp.min(jnp.where(fin & (zf == zmax[:, None]), ids, INT_MAX), axis=-1),
-      lambda: jnp.full((n,), -1, jnp.int32))
+  greedy = jnp.min(jnp.where(fin & (zf == zmax[:, None]), ids, INT_MAX), axis=-1)
   greedy = jnp.where((flags == 0) & want, greedy, -1)
   sampling = (temperature > 0) & (flags == 0)
   inv_t = jnp.where(sampling, 1.0 / jnp.where(sampling, temperature, 1.0), 1.0)
@@ -261,8 +288,9 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
     return (full(INT_MIN), full(INT_MAX), full(INT_MIN), jnp.zeros((n, c), jnp.int32),
             jnp.zeros((n, c), bool))
 
-  tk_small, tid_small, tp_small, top_ids, top_cand = jax.lax.cond(
-      jnp.any(small), small_path, no_small)
+  # A top-k of C over every row (a partial sort of each row): skipped while no row needs it.
+  tk_small, tid_small, tp_small, top_ids, top_cand = only_if(
+      jnp.any(small), small_path, no_small, "top_k_small")
 
   # Large k (< the number of finite legal ids): bisection over the whole row.
   def big_path():
@@ -272,14 +300,16 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
     n_gt = jnp.sum(fin & (ky > tk[:, None]), axis=-1)
     tie = fin & (ky == tk[:, None])
     need_tie = big & (n_gt + jnp.sum(tie, axis=-1) > k)
-    tid = jax.lax.cond(jnp.any(need_tie), lambda: jnp.where(
+    # ~log2(Vm) more passes, only when logits tie at the k-th key.
+    tid = only_if(jnp.any(need_tie), lambda: jnp.where(
         need_tie, _tie_id(ids, tie & need_tie[:, None], k - n_gt, vm), INT_MAX),
-                       lambda: jnp.full((n,), INT_MAX, jnp.int32))
+                  lambda: jnp.full((n,), INT_MAX, jnp.int32), "top_k_ties")
     return tk, tid
 
-  tk, tid = jax.lax.cond(jnp.any(sampling & (top_k > c)), big_path,
-                         lambda: (jnp.full((n,), INT_MIN, jnp.int32),
-                                  jnp.full((n,), INT_MAX, jnp.int32)))
+  # 32 passes over every row: skipped while no row asks for k > C.
+  tk, tid = only_if(jnp.any(sampling & (top_k > c)), big_path,
+                    lambda: (jnp.full((n,), INT_MIN, jnp.int32),
+                             jnp.full((n,), INT_MAX, jnp.int32)), "top_k_bisection")
   tk = jnp.where(small, tk_small, tk)
   tid = jnp.where(small, tid_small, tid)
 
@@ -293,7 +323,9 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
     cand = cand & (w >= min_p[:, None])
     return _top_p_key(ky, cand & dense_p[:, None], jnp.where(cand, w, 0.0), top_p)
 
-  tp = jax.lax.cond(jnp.any(dense_p), top_p_dense, lambda: jnp.full((n,), INT_MIN, jnp.int32))
+  # 32 passes over every row: skipped while no row without small k asks for top-p.
+  tp = only_if(jnp.any(dense_p), top_p_dense, lambda: jnp.full((n,), INT_MIN, jnp.int32),
+               "top_p_bisection")
   tp = jnp.where(small, tp_small, jnp.where(dense_p, tp, INT_MIN))
   return Thresholds(flags, greedy, sampling, inv_t, m, tk, tid, tp, min_p, small, top_ids,
                     top_cand)
@@ -321,8 +353,10 @@ def support(z, legal, temperature, top_k, top_p, min_p) -> Support:
 def draw(z, legal, th: Thresholds, key):
   """Per row, the Gumbel-max draw of z * inv_t over S (-1 for greedy or flagged rows).
 
-  Small-k rows draw within their C sorted candidates; the dense draw runs only if another
-  row samples, and builds sort keys / weights only if a threshold or min-p needs them.
+  Small-k rows draw within their C sorted candidates, the other sampling rows over the whole
+  row (noise for every id: the costly part, skipped by `only_if` while no such row samples).
+  Its cuts are cheap and apply to every row: a row's thresholds are INT_MIN where it has
+  none, and min-p 0 keeps every finite weight.
   """
   zt_top = jnp.take_along_axis(z, th.top_ids, -1) * th.inv_t[:, None]
   sparse = _argmax_gumbel_at(zt_top, th.top_cand, th.top_ids, key)
@@ -332,22 +366,15 @@ def draw(z, legal, th: Thresholds, key):
   def dense():
     zt = z * col(th.inv_t)
     cand = legal & jnp.isfinite(z) & col(rest)
-    cut = rest & ((th.tk != INT_MIN) | (th.tp != INT_MIN))
-
-    def by_key(cand):
-      ids = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :]
-      keys = sort_key(jnp.where(cand, z, 0.0))
-      return cand & ((keys > col(th.tk)) | ((keys == col(th.tk)) & (ids <= col(th.tid)))) & (
-          keys >= col(th.tp))
-
-    cand = jax.lax.cond(jnp.any(cut), by_key, lambda c: c, cand)
-    cand = jax.lax.cond(jnp.any(rest & (th.min_p > 0)),
-                        lambda c: c & (jnp.exp(zt - col(th.m)) >= col(th.min_p)), lambda c: c,
-                        cand)
+    ids = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :]
+    keys = sort_key(jnp.where(cand, z, 0.0))
+    cand = cand & ((keys > col(th.tk)) | ((keys == col(th.tk)) & (ids <= col(th.tid)))) & (
+        keys >= col(th.tp))
+    cand = cand & (jnp.exp(zt - col(th.m)) >= col(th.min_p))
     return gumbel_argmax(zt, cand, key)
 
-  dense_tok = jax.lax.cond(jnp.any(rest), dense,
-                           lambda: jnp.full(th.flags.shape, -1, jnp.int32))
+  dense_tok = only_if(jnp.any(rest), dense, lambda: jnp.full(th.flags.shape, -1, jnp.int32),
+                      "dense_draw")
   return jnp.where(th.small, sparse, jnp.where(rest, dense_tok, -1))
 
 

@@ -132,7 +132,7 @@ def _prepared(logits, params, tokens, shape):
 def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q, params,
                       seed, position, naive, *, vocab_size: int, purpose: int):
   """Both rules in one program (``naive`` a traced bool: one compile serves the tests of
-  both; a runtime branch: the exact rule never evaluates the naive one)."""
+  both; the rule is a select between two gathers, no conditional)."""
   b, t, vm = _check(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q,
                     vocab_size)
   tokens = tokens.astype(jnp.int32)
@@ -167,8 +167,8 @@ def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nod
     c = jnp.maximum(par[:, i], 0)
     child = par[:, i] >= 0
     # The naive rule tests every sibling against p_c and keeps the last rejection's residual.
-    r, sc = jax.lax.cond(naive, lambda: (probs[rows, c], jnp.ones((b,), jnp.float32)),
-                         lambda: (res[rows, c], tot[rows, c]))
+    r = jnp.where(naive, probs[rows, c], res[rows, c])
+    sc = jnp.where(naive, jnp.float32(1.0), tot[rows, c])
     d = tokens[:, i]
     r_d = jnp.where(legal_d[:, i], jnp.take_along_axis(
         r, jnp.clip(d, 0, vm - 1)[:, None], -1)[:, 0], 0.0)

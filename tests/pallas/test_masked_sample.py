@@ -192,7 +192,7 @@ def test_errors_and_dispatch(monkeypatch):
   with pytest.raises(ValueError, match="INFERNIX_PALLAS_IMPL"):
     ip.resolve_impl()
   monkeypatch.setenv("INFERNIX_PALLAS_IMPL", "auto")
-  assert ip.resolve_impl() == ("kernel" if jax.default_backend() == "gpu" else "reference")
+  assert ip.resolve_impl() == "reference"  # no op: what every op runs where nothing was measured
   # Routing: "interpret" reaches the kernel with interpret=True (stubbed: the interpreted
   # kernel itself is compared with the reference in the kernel test classes).
   calls = []
