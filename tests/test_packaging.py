@@ -160,3 +160,13 @@ def test_the_cpu_kernels_sources_ship_with_the_package():
       "package-data"]["infernix_jax.models"]
   assert sorted(source.name for source in cpu_kernels._SOURCES) == sorted(shipped)
   assert all(source.exists() for source in cpu_kernels._SOURCES)
+
+
+def test_the_measured_tables_ship_with_the_package():
+  """The backend order of "auto" and the kernel dispatch table are package data."""
+  data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+      "package-data"]
+  for package, name in [("infernix_jax.constrain.backends", "auto_order.json"),
+                        ("infernix_jax.pallas", "dispatch_table.json")]:
+    assert name in data[package]
+    assert (ROOT / package.replace(".", "/") / name).is_file()
