@@ -130,6 +130,10 @@ SLOW_TESTS = {
     "constrain/test_jsonschemabench.py::test_byte_vocab_walks_validate": "walks",
     "constrain/test_jsonschemabench.py::test_qwen3_walks_validate": "walks on Qwen3's vocabulary",
     "constrain/test_hermes.py::test_render_chat_on_smollm2_puts_tools_in_the_system_turn": "the SmolLM2 template",
+    "runtime/test_finish_conditionals.py": "lowers the finish steps per parameter kind",
+    "serve/test_ops.py::test_request_timeout_flag_cancels_the_request_and_frees_its_lane":
+        "a tiny server's engine, end to end",
+    "constrain/test_auto_backend.py": "walks and compiles on Qwen3's vocabulary",
 }
 # Fixtures that make a test slow: the shared SmolLM2 ones, and the studies' smoke runs.
 SLOW_FIXTURES = {"smollm2_model", "smollm2_llm", "smollm2_engine", "smoke_runs"}
