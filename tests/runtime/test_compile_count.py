@@ -103,12 +103,13 @@ def test_host_proposals_verify_the_anchors_alone_or_k_drafts(monkeypatch):
   drafter = drafters.create("ngram", {"k": k, "n": 2}, jump_forward=True)
   assert _round.verified_widths(drafter) == (0, k)
   eng = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32)
+  jax.clear_caches()  # the anchors-only verify does not depend on K: other tests compiled it
   requests = [GenerationRequest(list(p), max_tokens=8, constraint=c)
-              for p in ([1, 2, 1, 2, 1, 2, 1], [3] * 20, [8, 12, 13, 9, 8, 12], [4])
+              for p in ([1, 2, 1, 2, 1, 2, 1], [3] * 16, [8, 12, 13, 9, 8, 12], [4])
               for c in (None, CHOICE)]
   with compile_count.counting() as warm:
     eng.warmup(prompt_lengths=[len(r.prompt_ids) for r in requests])
-  assert warm.names.count("verify_step") == 2 * 2, warm.names
+  assert warm.names.count("jit(verify_step)") == 2 * 2, warm.names
   longest = []
   real = _round.verified_width
   monkeypatch.setattr(_round, "verified_width",
