@@ -359,12 +359,15 @@ def extend_drafter(drafter, params, rs: RoundState, rows, hidden, reset: bool) -
 # The verified widths below K of a host drafter's stages round (K itself is always one). A
 # host proposal is padded up to the next of them (`verified_width`), each lane keeping its
 # real draft count n, so a padding position is never accepted and tokens do not depend on
-# this choice. Each width compiles its own verify per attention span, Finish and min_tokens
-# ban; fewer widths compile fewer programs and verify more padding. Anchor-only rounds (no
-# lane drafted, frequent for n-gram drafts of JSON) verify one position: measured on the
-# main job (SmolLM2, n-gram + jump-forward, K = 4, 1 lane, `benchmarks/warmup_programs.py
-# --tradeoff`), {0, K} decodes as fast as every width 0 .. K within the noise and warms up
-# 2.5x fewer programs, while {K} alone is slower.
+# this choice. Each width compiles its own verify per attention span and its own Finish, so
+# fewer widths compile fewer programs and verify more padding. Anchor-only rounds (no lane
+# drafted: frequent for n-gram drafts) keep their one position. Measured on the main job
+# (SmolLM2, n-gram + jump-forward, K = 4, 1 lane, capacity 2048: 4 spans;
+# `benchmarks/warmup_programs.py`), warm-up programs (widths x (4 verifies + 2 Finish) + 1
+# prefill) and decode tokens/s relative to every width 0 .. K (medians of 3 interleaved runs
+# on a loaded 2-core CPU, so about +-10% noise): 0 .. K: 31 programs, 1.00x; {0, 1, K}: 19,
+# 0.93x; {0, K}: 13, 0.86x; {K}: 7, 0.62x. {0, K} is the one that keeps warm-up within 16
+# programs without paying K + 1 positions in rounds nobody drafted.
 NARROW_WIDTHS = (0,)
 
 
