@@ -19,7 +19,6 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -71,7 +70,8 @@ class Placement:
   def rows(self, tree: Any) -> Any:
     """Host arrays on the device, per-lane ones ([B, ...]) with lanes on "data".
 
-    Without a mesh: `jnp.asarray` of every numpy leaf. With one: numpy leaves whose leading
+    Without a mesh: `jax.device_put` of every numpy leaf (a transfer; `jnp.asarray` of a
+    numpy array compiles a program per shape and dtype). With one: numpy leaves whose leading
     axis is B are split over "data" (replicated when the data size does not divide B), other
     numpy leaves (scalars, ...) are left to jit; device arrays are never moved.
     """
@@ -79,7 +79,7 @@ class Placement:
       if not isinstance(x, (np.ndarray, np.generic)):
         return x
       if self.mesh is None:
-        return jnp.asarray(x)
+        return jax.device_put(x)
       if x.ndim == 0 or x.shape[0] != self.lanes:
         return x
       axes = ("batch",) + (None,) * (x.ndim - 1)

@@ -356,10 +356,34 @@ def extend_drafter(drafter, params, rs: RoundState, rows, hidden, reset: bool) -
   return RoundState(rs.cache, drafter.extend(params, rs.draft, rows, hidden, reset))
 
 
+# The verified widths below K of a host drafter's stages round (K itself is always one). A
+# host proposal is padded up to the next of them (`verified_width`), each lane keeping its
+# real draft count n, so a padding position is never accepted and tokens do not depend on
+# this choice. Each width compiles its own verify per attention span and its own Finish, so
+# fewer widths compile fewer programs and verify more padding. Anchor-only rounds (no lane
+# drafted: frequent for n-gram drafts) keep their one position. Measured on the main job
+# (SmolLM2, n-gram + jump-forward, K = 4, 1 lane, capacity 2048: 4 spans;
+# `benchmarks/warmup_programs.py`), warm-up programs (widths x (4 verifies + 2 Finish) + 1
+# prefill) and decode tokens/s relative to every width 0 .. K (medians of 3 interleaved runs
+# on a loaded 2-core CPU, so about +-10% noise): 0 .. K: 31 programs, 1.00x; {0, 1, K}: 19,
+# 0.93x; {0, K}: 13, 0.86x; {K}: 7, 0.62x. {0, K} is the one that keeps warm-up within 16
+# programs without paying K + 1 positions in rounds nobody drafted.
+NARROW_WIDTHS = (0,)
+
+
 def verified_widths(drafter) -> tuple[int, ...]:
   """The draft widths K' a stages round may verify: a device drafter always proposes K; a
-  host proposal is narrowed to its longest lane (0 .. K)."""
-  return (drafter.k,) if drafter.on_device else tuple(range(drafter.k + 1))
+  host proposal is padded to the next of `NARROW_WIDTHS` and K."""
+  if drafter.on_device:
+    return (drafter.k,)
+  return tuple(sorted({w for w in NARROW_WIDTHS if w < drafter.k} | {drafter.k}))
+
+
+def verified_width(drafter, width: int) -> int:
+  """The width a host proposal whose longest lane drafted `width` is verified at: the least
+  of `verified_widths` >= width (a tree drafter's overdraft beyond K keeps `width`: its
+  round keeps the best K nodes after the grammar's walk)."""
+  return next((w for w in verified_widths(drafter) if w >= width), width)
 
 
 def finish_compiles_with_proposal(drafter) -> bool:
@@ -462,9 +486,9 @@ class StagesIO:
   def propose(self, drafter, params, state, inp):
     """A device drafter's jitted propose step, or a host drafter's call on numpy inputs.
 
-    A host proposal verifies only as many positions as its longest lane drafted:
-    P' = max(n) + 1 (the anchors alone when nobody drafted) instead of K + 1. On CPU a
-    verify over B * P' rows costs far more at P' = K + 1 than at 1 or 2."""
+    A host proposal verifies P' = K' + 1 positions, K' the least verified width that holds
+    its longest lane's drafts (`verified_width`: the anchors alone when nobody drafted):
+    on CPU a verify over B * P' rows costs far more at P' = K + 1 than at 1."""
     if drafter.on_device:
       return self.device(propose_step, drafter, params, state, inp)
     t0 = time.perf_counter()
@@ -476,8 +500,8 @@ class StagesIO:
     parents = None if prop.parents is None else np.asarray(prop.parents, np.int32)
     prop = Proposal(np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32), OneHotQ(),
                     parents)
-    width = int(np.max(prop.n, initial=0))
-    if width < prop.drafts.shape[1]:
+    width = verified_width(drafter, int(np.max(prop.n, initial=0)))
+    if width < prop.drafts.shape[1]:  # padding past a lane's n is never accepted
       stats["narrowed_rounds"] += 1
       stats["anchor_only_rounds"] += width == 0
       prop = dataclasses.replace(prop, drafts=prop.drafts[:, :width],
@@ -556,7 +580,7 @@ class StagesIO:
     if self.placement is not None:
       out = self.placement.rows((mask, states, enabled))
     else:
-      out = jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
+      out = jax.device_put((mask, states, enabled))  # a transfer: jnp.asarray compiles
     if tl is not None:
       if tl.serial:
         jax.block_until_ready(out)
@@ -578,7 +602,7 @@ class StagesIO:
     prop = dataclasses.replace(prop, drafts=drafts, parents=parents, n=n)
     if self.placement is not None:
       return (prop, *self.placement.rows((mask, states, enabled)))
-    return prop, jax.device_put(mask), jnp.asarray(states), jnp.asarray(enabled)
+    return (prop, *jax.device_put((mask, states, enabled)))
 
   def tree_automaton(self, auto, nodes, rows, prop, mask, states, enabled):
     if not np.asarray(rows).any():

@@ -4,10 +4,11 @@ its branches, so every device step compiles with the arguments a real round pass
 Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K' + 1 verified positions.
 
 A round's shapes are set by a few facts, each a branch here: the verified width K' (host
-drafters narrow their proposal to the longest lane's drafts, 0 .. K; device drafters always
-verify K), the attention span (a multiple of `_round.SPAN_STEP`), whether some lane is
-constrained (masks uploaded) and whether some lane is below its min_tokens (the EOS ban).
-Idle lanes commit nothing, so the host state is unchanged; host stats are restored.
+drafters pad their proposal to the next of `_round.verified_widths`, the anchors alone or K;
+device drafters always verify K), the attention span (a multiple of `_round.SPAN_STEP`),
+whether some lane is constrained (masks uploaded) and, when asked, whether some lane is below
+its min_tokens (the EOS ban). Idle lanes commit nothing, so the host state is unchanged; host
+stats are restored.
 """
 
 from __future__ import annotations
@@ -74,23 +75,26 @@ class WarmIO(_round.StagesIO):
 
 
 def warm_rounds(host, rs: _round.RoundState, args: _round.RoundArgs, st: _round.RoundStatics,
-                spans, *, trace: bool = False, laws: bool = False) -> _round.RoundState:
+                spans, *, trace: bool = False, laws: bool = False,
+                min_tokens: bool = False) -> _round.RoundState:
   """Runs `_round.run_round` on idle lanes for every verified width and span, and at the first
-  span with masks, with the min_tokens ban, and with both -> the RoundState afterwards.
+  span with masks -> the RoundState afterwards.
 
   Args:
     host: the engine's HostState, no lane active.
     spans: every attention span a verify can take.
     trace: also the trace step, with and without masks (chain drafters: trees trace nothing).
     laws: also Finish under a sampling-law bias, with and without masks (chain drafters).
+    min_tokens: also the min_tokens EOS ban, with and without masks.
   """
   steps = _round.HostCallbacks()
   steps.host, steps.seed = host, np.asarray(args.seed)
   stats = collections.Counter(host.stats)
   plain = dict(masked=False, min_tokens=False)
+  bans = ((False, True), (True, True)) if min_tokens else ()
   branches = ([dict(plain, span=span) for span in spans]
               + [dict(span=spans[0], masked=masked, min_tokens=ban)
-                 for masked, ban in ((True, False), (False, True), (True, True))])
+                 for masked, ban in ((True, False), *bans)])
   for wanted, field in ((trace, "trace"), (laws, "law")):
     if wanted and not st.drafter.tree:
       branches += [dict(span=spans[0], masked=masked, min_tokens=False, **{field: True})

@@ -224,20 +224,20 @@ class Engine:
     return bool(self.host.waiting) or self.host.any_active()
 
   def warmup(self, *, prompt_lengths: Iterable[int] = (), trace: bool = False,
-             laws: bool = False) -> None:
+             laws: bool = False, min_tokens: bool = False) -> None:
     """Compiles every device step a request within the engine's capacity can reach, on idle
     lanes (nothing is committed; later outputs are unchanged). Call it before timing.
 
     Covered: the admission prefills of the prompts of `prompt_lengths` (their buckets, over
     1, 2, 4 .. and all B admitted lanes; compiled without running) and a device drafter's
     extend over each of those buckets (run); on the stages bridge, the round
-    (`_warmup.warm_rounds`) for every verified width and attention span, with and without
-    masks and the min_tokens ban: propose, verify, Finish over the drafter's own q, advance;
-    on the callback bridge, its compiled loop. Left to first use (their shapes depend on the
-    request): the logprobs step (per top-N), the device automaton, presence/frequency/
-    repetition penalties (per history bucket), clearing a lane that went non-finite, a
-    sampling law's own forwards, and unless asked for, the trace step and Finish under a
-    sampling-law bias.
+    (`_warmup.warm_rounds`) for every verified width (`_round.verified_widths`: a host
+    drafter's anchors alone or K drafts) and attention span, with and without masks:
+    propose, verify, Finish over the drafter's own q, advance; on the callback bridge, its
+    compiled loop. Left to first use (their shapes depend on the request): the logprobs step
+    (per top-N), the device automaton, presence/frequency/repetition penalties (per history
+    bucket), clearing a lane that went non-finite, a sampling law's own forwards, and unless
+    asked for, the min_tokens EOS ban, the trace step and Finish under a sampling-law bias.
 
     Args:
       prompt_lengths: prompt token counts the timed requests will have; each bucket costs a
@@ -247,6 +247,8 @@ class Engine:
       trace: also compile the trace step (for timed runs of traced requests).
       laws: also compile Finish under a sampling-law bias (requests with a sampling_law
         other than "local").
+      min_tokens: also compile the min_tokens EOS ban (requests with min_tokens > 0; two
+        small programs per verified width).
 
     A later call repeats only what it adds (new prompt buckets, another trace/laws variant),
     unless the process dropped its compiled programs since (`compile_cache.releases`).
@@ -261,7 +263,7 @@ class Engine:
       self._warm_rounds.clear()
       self._warm_generation = compile_cache.releases()
     self._warm_admissions(prompt_lengths)
-    rounds = ("rounds", trace, laws) if self.bridge == "stages" else ("rounds",)
+    rounds = ("rounds", trace, laws, min_tokens) if self.bridge == "stages" else ("rounds",)
     if rounds in self._warm_rounds:
       return
     self._warm_rounds.add(rounds)
@@ -273,7 +275,7 @@ class Engine:
                     for s in range(0, self.capacity, _round.SPAN_STEP)},
                    key=lambda s: s or self.capacity)
     self._round_state = _warmup.warm_rounds(self.host, rs, args, st, spans, trace=trace,
-                                            laws=laws)
+                                            laws=laws, min_tokens=min_tokens)
 
   def _warm_admissions(self, prompt_lengths: Iterable[int]) -> None:
     """`warmup` of admissions: the prefill of each named prompt's bucket T and admitted-row

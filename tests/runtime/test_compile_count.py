@@ -55,9 +55,9 @@ def _requests() -> list[GenerationRequest]:
 @pytest.mark.parametrize("name,k,bridge", [("ngram", 1, "stages"), ("dflash2", 2, "stages"),
                                            ("ngram", 1, "callback")])
 def test_warmup_leaves_nothing_to_compile(name, k, bridge, monkeypatch):
-  """After `warmup()` requests of every prompt bucket, constrained and free, under min_tokens,
-  compile nothing (host drafter: verify widths 0 .. K; device drafter: its propose, extend
-  and Finish over its own q), over two attention spans; the tokens are those of an engine
+  """After `warmup(min_tokens=True)` requests of every prompt bucket, constrained and free,
+  under min_tokens, compile nothing (host drafter: verify widths 0 and K; device drafter: its
+  propose, extend and Finish over its own q), over two attention spans; the tokens are those of an engine
   that skipped warm-up (ordinary greedy's: tests/runtime/test_exactness.py)."""
   monkeypatch.setattr(_round, "SPAN_STEP", 16)  # spans 16 and the whole capacity (32)
   cfg, model = h.tiny_model()
@@ -71,12 +71,12 @@ def test_warmup_leaves_nothing_to_compile(name, k, bridge, monkeypatch):
   monkeypatch.setattr(_warmup, warm_fn, lambda *a, **k: rounds.append(1) or real(*a, **k))
   lengths = [len(r.prompt_ids) for r in _requests()]
   with compile_count.counting() as warm:
-    eng.warmup(prompt_lengths=lengths)
+    eng.warmup(prompt_lengths=lengths, min_tokens=True)
   assert warm.compiles > 0
-  eng.warmup(prompt_lengths=lengths)  # done already: nothing is warmed again
+  eng.warmup(prompt_lengths=lengths, min_tokens=True)  # done already: nothing is warmed again
   assert len(rounds) == 1
   monkeypatch.setattr(compile_cache, "_releases", compile_cache.releases() + 1)
-  eng.warmup(prompt_lengths=lengths)  # the programs were dropped since: warmed again
+  eng.warmup(prompt_lengths=lengths, min_tokens=True)  # the programs were dropped since: warmed again
   assert len(rounds) == 2
   with compile_count.counting() as timed:
     results = eng.generate(_requests())
@@ -89,3 +89,34 @@ def test_warmup_leaves_nothing_to_compile(name, k, bridge, monkeypatch):
   with pytest.raises(RuntimeError, match="idle engine"):
     eng.warmup()
   eng.run()
+
+
+def test_host_proposals_verify_the_anchors_alone_or_k_drafts(monkeypatch):
+  """A host drafter's round verifies the anchors alone or K drafts: a proposal whose longest
+  lane drafted 1 .. K - 1 tokens is padded to K, each lane keeping its own draft count. So
+  warm-up compiles the verify once per verified width (2) and attention span (2), the requests
+  compile nothing more, and their tokens are ordinary greedy's (the padding is never
+  accepted)."""
+  monkeypatch.setattr(_round, "SPAN_STEP", 16)  # spans 16 and the whole capacity (32)
+  cfg, model = h.tiny_model()
+  k = 4
+  drafter = drafters.create("ngram", {"k": k, "n": 2}, jump_forward=True)
+  assert _round.verified_widths(drafter) == (0, k)
+  eng = Engine(model, h.toy_vocab(), drafter, lanes=2, capacity=32)
+  jax.clear_caches()  # the anchors-only verify does not depend on K: other tests compiled it
+  requests = [GenerationRequest(list(p), max_tokens=8, constraint=c)
+              for p in ([1, 2, 1, 2, 1, 2, 1], [3] * 16, [8, 12, 13, 9, 8, 12], [4])
+              for c in (None, CHOICE)]
+  with compile_count.counting() as warm:
+    eng.warmup(prompt_lengths=[len(r.prompt_ids) for r in requests])
+  assert warm.names.count("jit(verify_step)") == 2 * 2, warm.names
+  longest = []
+  real = _round.verified_width
+  monkeypatch.setattr(_round, "verified_width",
+                      lambda d, w: longest.append(w) or real(d, w))
+  with compile_count.counting() as timed:
+    results = eng.generate(requests)
+  assert timed.compiles == 0, timed.names
+  assert any(0 < w < k for w in longest), longest  # some round was padded
+  plain = Engine(model, h.toy_vocab(), None, lanes=2, capacity=32).generate(requests)
+  assert [r.token_ids for r in results] == [r.token_ids for r in plain]
