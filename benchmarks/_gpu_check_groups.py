@@ -6,6 +6,7 @@ import datetime
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 import jax
@@ -134,7 +135,6 @@ def lanes(log, budget, dry_run):
 
 
 def cmdbuf(log, budget, dry_run, mode, flag):
-  import os
   cfg = model_configs(dry_run)["SmolLM2"]
   steps = plan_mod.LOOP_STEPS
   labels = [f"SmolLM2 cmdbuf {mode} {how}" for how in ("decode(1)", f"{steps}-step fori_loop")]

@@ -13,6 +13,9 @@
 # $OUT/gpu_check.md. Files under $OUT (default /tmp/gpu_check, the dry run a fresh temporary
 # folder): summary.txt, console.txt, gpu_check.jsonl, dispatch_table.json, gpu_check.md.
 # Random bf16 weights drawn on the device: no model file, nothing installed.
+# GPU_TESTS=1 also runs the Pallas kernel tests compiled for the GPU (tests/pallas, not the
+# interpret classes; up to 140 s more, into $OUT/tests.txt) after the groups. The dispatch
+# group checks each kernel's result against its reference either way (same_result).
 #
 # Back on the development machine, from the JSONL the run brought back:
 #   python benchmarks/gpu_check.py --report OUT/gpu_check.jsonl
@@ -66,6 +69,12 @@ done
 run_group device_loop
 run_group dispatch --table "$OUT/dispatch_table.json"
 run_group gemm
+
+if [ "${GPU_TESTS:-0}" = 1 ]; then
+  timeout 140 $PY -m pytest tests/pallas -q -p no:cacheprovider -k "not Interpret" \
+    --durations=15 > "$OUT/tests.txt" 2>&1
+  rcs+=("pallas tests: $?")
+fi
 
 if [ ${#DRY[@]} -gt 0 ]; then
   $PY benchmarks/gpu_check.py --report "$JSONL" --out "$OUT/gpu_check.md" \
