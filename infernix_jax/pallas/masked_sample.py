@@ -284,12 +284,10 @@ def _chunk_layout(vm: int, chunk_words: int):
 
 
 @functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "chunk_words"])
-def masked_sample_split_reference(logits, mask, mask_enabled, params: SamplingParams, seed,
-                                  position, *, purpose: int = 0, vocab_size: int,
-                                  chunk_words: int = 64):
-  """``masked_sample_reference`` as a plain-jnp split: [R, Vm] reshaped to [R, C, L] chunks,
-  per-chunk partials, combined exactly (same arguments and results). Noise is drawn for
-  every row here (jnp cannot skip a row); the kernel skips greedy rows and empty chunks."""
+def split_partials_reference(logits, mask, mask_enabled, params: SamplingParams, seed, position,
+                             *, purpose: int = 0, vocab_size: int, chunk_words: int = 64):
+  """``ChunkPartials`` in plain jnp: [R, Vm] padded and reshaped to [R, C, L] chunks of
+  L = 32 * chunk_words (a power of two, at most the row) tokens."""
   r, vm = check_inputs(logits, mask, mask_enabled, params, seed, position, vocab_size)
   z = _prepare_logits(logits, params).astype(jnp.float32)
   cw, c, width = _chunk_layout(vm, chunk_words)
@@ -304,17 +302,31 @@ def masked_sample_split_reference(logits, mask, mask_enabled, params: SamplingPa
   fin = legal & jnp.isfinite(z)
   bad = legal & ~fin & (z != -jnp.inf)
   state = jnp.where(jnp.any(bad, -1), 2, jnp.where(jnp.any(legal, -1), 1, 0))
-  first_max = lambda s: (jnp.max(s, -1), jnp.min(
-      jnp.where(fin & (s == jnp.max(s, -1, keepdims=True)), ids, _sampling.INT_MAX), -1))
-  zmax, zarg = first_max(jnp.where(fin, z, -jnp.inf))
+  def first_max(s, ok):
+    s = jnp.where(ok, s, -jnp.inf)
+    best = jnp.max(s, -1)
+    return best, jnp.min(jnp.where(ok & (s == best[..., None]), ids, _sampling.INT_MAX), -1)
+
+  zmax, zarg = first_max(z, fin)
   positive = params.temperature > 0
   inv_t = 1.0 / jnp.where(positive, params.temperature, 1.0)
   key = rng.stream_key(seed, position, purpose)
   g = rng.gumbel(rng.random_bits(key[:, None, None], ids))
-  smax, sarg = first_max(jnp.where(fin & positive[:, None, None],
-                                   z * inv_t[:, None, None] + g, -jnp.inf))
-  tok, flags, m = combine_partials(ChunkPartials(state, zmax, zarg, smax, sarg),
-                                   params.temperature)
+  smax, sarg = first_max(z * inv_t[:, None, None] + g, fin & positive[:, None, None])
+  return ChunkPartials(state.astype(jnp.int32), zmax, zarg, smax, sarg)
+
+
+@functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "chunk_words"])
+def masked_sample_split_reference(logits, mask, mask_enabled, params: SamplingParams, seed,
+                                  position, *, purpose: int = 0, vocab_size: int,
+                                  chunk_words: int = 64):
+  """``masked_sample_reference`` as a plain-jnp split (same arguments and results): per-chunk
+  partials (``split_partials_reference``) combined exactly. Noise is drawn for every row here
+  (jnp cannot skip a row); the kernel skips greedy rows and empty chunks."""
+  parts = split_partials_reference(logits, mask, mask_enabled, params, seed, position,
+                                   purpose=purpose, vocab_size=vocab_size,
+                                   chunk_words=chunk_words)
+  tok, flags, m = combine_partials(parts, params.temperature)
   return _reference_rows(tok, flags, m, (logits, mask, mask_enabled, params, seed, position),
                          dict(purpose=purpose, vocab_size=vocab_size))
 
@@ -365,13 +377,13 @@ def _split_kernel(logits_ref,  # [CW, 32]: chunk j of row i
 
 @functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "block", "interpret",
                                              "debug"])
-def masked_sample_split_kernel(logits, mask, mask_enabled, params: SamplingParams, seed,
-                               position, *, purpose: int = 0, vocab_size: int,
-                               block: SplitBlockSizes | None = None, interpret: bool = False,
-                               debug: bool = False):
-  """Split-vocabulary Pallas path of ``masked_sample`` (same arguments and results): a grid
-  over (rows, chunks) writes ``ChunkPartials``; jnp combines them. Rows with a top-k / top-p /
-  min-p cut take the reference's tokens."""
+def split_partials_kernel(logits, mask, mask_enabled, params: SamplingParams, seed, position, *,
+                          purpose: int = 0, vocab_size: int,
+                          block: SplitBlockSizes | None = None, interpret: bool = False,
+                          debug: bool = False) -> ChunkPartials:
+  """``ChunkPartials`` from a Pallas grid over (rows, chunks) (what
+  ``split_partials_reference`` computes; chunks without a legal id and the noise of greedy
+  rows are skipped, leaving the empty partials)."""
   r, vm = check_inputs(logits, mask, mask_enabled, params, seed, position, vocab_size)
   block = block or SplitBlockSizes.get_default()
   if block.chunk_words < 1 or block.chunk_words & (block.chunk_words - 1):
@@ -403,7 +415,21 @@ def masked_sample_split_kernel(logits, mask, mask_enabled, params: SamplingParam
       debug=debug,
       name="masked_sample_split",
   )(*args, fp, ip)
-  parts = ChunkPartials(zi[..., 0], zf[..., 0], zi[..., 1], zf[..., 1], zi[..., 2])
+  return ChunkPartials(zi[..., 0], zf[..., 0], zi[..., 1], zf[..., 1], zi[..., 2])
+
+
+@functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "block", "interpret",
+                                             "debug"])
+def masked_sample_split_kernel(logits, mask, mask_enabled, params: SamplingParams, seed,
+                               position, *, purpose: int = 0, vocab_size: int,
+                               block: SplitBlockSizes | None = None, interpret: bool = False,
+                               debug: bool = False):
+  """Split-vocabulary Pallas path of ``masked_sample`` (same arguments and results): the
+  kernel's ``ChunkPartials`` combined in jnp. Rows with a top-k / top-p / min-p cut take the
+  reference's tokens."""
+  parts = split_partials_kernel(logits, mask, mask_enabled, params, seed, position,
+                                purpose=purpose, vocab_size=vocab_size, block=block,
+                                interpret=interpret, debug=debug)
   tok, flags, m = combine_partials(parts, params.temperature)
   return _reference_rows(tok, flags, m, (logits, mask, mask_enabled, params, seed, position),
                          dict(purpose=purpose, vocab_size=vocab_size))
