@@ -190,3 +190,19 @@ def test_chunk_words_must_be_a_power_of_two():
   with pytest.raises(ValueError, match="chunk_words"):
     ms.masked_sample_split_kernel(*_args(case, 0), vocab_size=1000,
                                   block=ms.SplitBlockSizes(12, 4, 1), interpret=True)
+
+
+def test_dispatch_runs_the_split_kernel_where_asked_and_the_reference_on_cpu(monkeypatch):
+  case = split_case(6, 1000, 1000, 2048, np.float32)
+  args = _args(case, 0)
+  want = ip.masked_sample_reference(*args, vocab_size=1000)
+  monkeypatch.delenv("INFERNIX_PALLAS_IMPL", raising=False)
+  if jax.default_backend() == "cpu":
+    assert ip.resolve_impl(None, "masked_sample", len(case.rows)) == "reference"
+  calls = []
+  real = ms.masked_sample_split_kernel
+  monkeypatch.setattr(ms, "masked_sample_split_kernel",
+                      lambda *a, **kw: calls.append(kw["interpret"]) or real(*a, **kw))
+  got = ip.masked_sample(*args, vocab_size=1000, impl="interpret")
+  assert calls == [True]
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
