@@ -193,7 +193,7 @@ def test_chunk_words_must_be_a_power_of_two():
 
 
 def test_dispatch_runs_the_split_kernel_where_asked_and_the_reference_on_cpu(monkeypatch):
-  case = split_case(6, 1000, 1000, 2048, np.float32)
+  case = split_case(6, 1000, 1000, 256, np.float32)
   args = _args(case, 0)
   want = ip.masked_sample_reference(*args, vocab_size=1000)
   monkeypatch.delenv("INFERNIX_PALLAS_IMPL", raising=False)
