@@ -217,9 +217,11 @@ def masked_sample(logits, mask, mask_enabled, params: SamplingParams, seed, posi
   if impl == "reference":
     return _ms.masked_sample_reference(logits, mask, mask_enabled, params, seed, position,
                                        purpose=purpose, vocab_size=vocab_size)
-  return _ms.masked_sample_kernel(logits, mask, mask_enabled, params, seed, position,
-                                  purpose=purpose, vocab_size=vocab_size,
-                                  interpret=impl == "interpret")
+  # The kernel is the split over (rows, vocabulary chunks); rows with top-k / top-p / min-p
+  # cuts take the reference's tokens inside it.
+  return _ms.masked_sample_split_kernel(logits, mask, mask_enabled, params, seed, position,
+                                        purpose=purpose, vocab_size=vocab_size,
+                                        interpret=impl == "interpret")
 
 
 def spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,

@@ -121,6 +121,33 @@ def spec_accept_reference(logits, mask, mask_enabled, states, drafts, n_drafts, 
   Returns:
     SpecResult(accepted i32[B], tokens i32[B, P], flags i32[B]).
   """
+  return _spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,
+                      position, vocab_size=vocab_size, purpose=purpose, one_residual=False)
+
+
+@functools.partial(jax.jit, static_argnames=["vocab_size", "purpose"])
+def spec_accept_one_residual(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
+                             seed, position, *, vocab_size: int,
+                             purpose: int = PURPOSE_SAMPLE) -> SpecResult:
+  """``spec_accept_reference`` (same arguments and results, token for token) with one
+  residual pass: every position's statistics in parallel, the walk in jnp, then the residual
+  norm(max(p - q, 0)) only at each row's stopping position instead of at all K positions."""
+  return _spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed,
+                      position, vocab_size=vocab_size, purpose=purpose, one_residual=True)
+
+
+def _at_position(q, drafts, j):
+  """(q, drafts) of the one position j[b] of each row, as K = 1 inputs."""
+  pick = lambda x: jnp.take_along_axis(x, j.reshape((-1,) + (1,) * (x.ndim - 1)), 1)
+  if isinstance(q, DenseQ):
+    q = DenseQ(pick(q.probs))
+  elif isinstance(q, SparseQ):
+    q = SparseQ(pick(q.ids), pick(q.probs))
+  return q, pick(drafts)
+
+
+def _spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params, seed, position,
+                 *, vocab_size: int, purpose: int, one_residual: bool) -> SpecResult:
   b, p, vm = _check(logits, mask, mask_enabled, states, drafts, n_drafts, q, vocab_size)
   k = p - 1
   n = jnp.clip(n_drafts, 0, k).astype(jnp.int32)
@@ -151,14 +178,14 @@ def spec_accept_reference(logits, mask, mask_enabled, states, drafts, n_drafts, 
   u = rng.uniform(seed[:, None], pos[:, :k], purpose)
   accept = jnp.where(sampling[:, None], u * q_d < p_d, drafts == greedy[:, :k])
 
-  # Residual draws at every draft position (only the first rejection's is used).
-  res = jnp.maximum(pk - _dense_q(q, drafts, vm), 0.0)                         # [B, K, Vm]
-  ok = res > 0
-  res_draw = _sampling.gumbel_argmax(jnp.log(jnp.where(ok, res, 1.0)).reshape(b * k, vm),
-                                     ok.reshape(b * k, vm), key.reshape(b, p)[:, :k].reshape(-1))
-  res_draw = res_draw.reshape(b, k)
-  correction = jnp.where(sampling[:, None], jnp.where(res_draw >= 0, res_draw, draw[:, :k]),
-                         greedy[:, :k])
+  def residual_draws(pk, q, drafts, keys):
+    """The draws from norm(max(p - q, 0)) at [B, K'] positions (-1 where it is empty)."""
+    kk = drafts.shape[1]
+    res = jnp.maximum(pk - _dense_q(q, drafts, vm), 0.0)                       # [B, K', Vm]
+    ok = res > 0
+    return _sampling.gumbel_argmax(jnp.log(jnp.where(ok, res, 1.0)).reshape(b * kk, vm),
+                                   ok.reshape(b * kk, vm), keys.reshape(-1)).reshape(b, kk)
+
 
   # Walk: the first position that stops the row.
   st = states.astype(jnp.int32)
@@ -171,8 +198,26 @@ def spec_accept_reference(logits, mask, mask_enabled, states, drafts, n_drafts, 
   at = lambda x: jnp.take_along_axis(x, e[:, None], -1)[:, 0]
   flags = jnp.where(at(dead), FLAG_DEAD_END, jnp.where(at(unreach), 0, at(pflags)))
   produced = ~at(dead) & ~at(unreach) & (at(pflags) == 0)
-  final = jnp.where(e == n, jnp.where(sampling, at(draw), at(greedy)),
-                    at(jnp.pad(correction, ((0, 0), (0, 1)))))
+  keys = key.reshape(b, p)[:, :k]
+  if k == 0:
+    correction_e = jnp.full((b,), -1, jnp.int32)
+  elif one_residual:
+    # One residual pass: at the stopping position only (clipped: a row stopping at K, or
+    # before any draft, uses the bonus or nothing, never this draw).
+    j = jnp.minimum(e, k - 1)
+    q_j, d_j = _at_position(q, drafts, j)
+    pk_j = jnp.take_along_axis(pk, j[:, None, None], 1)                       # [B, 1, Vm]
+    res_j = residual_draws(pk_j, q_j, d_j, jnp.take_along_axis(keys, j[:, None], 1))
+    correction_e = jnp.where(sampling, jnp.where(
+        res_j[:, 0] >= 0, res_j[:, 0], jnp.take_along_axis(draw, j[:, None], 1)[:, 0]),
+                             jnp.take_along_axis(greedy, j[:, None], 1)[:, 0])
+  else:
+    # Residual draws at every draft position (only the first rejection's is used).
+    res_draw = residual_draws(pk, q, drafts, keys)
+    correction = jnp.where(sampling[:, None], jnp.where(res_draw >= 0, res_draw, draw[:, :k]),
+                           greedy[:, :k])
+    correction_e = at(jnp.pad(correction, ((0, 0), (0, 1))))
+  final = jnp.where(e == n, jnp.where(sampling, at(draw), at(greedy)), correction_e)
   tokens = jnp.where(i < e[:, None], jnp.pad(drafts, ((0, 0), (0, 1))), -1)
   tokens = jnp.where((i == e[:, None]) & produced[:, None], final[:, None], tokens)
   return SpecResult(e, tokens.astype(jnp.int32), flags.astype(jnp.int32))

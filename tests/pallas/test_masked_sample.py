@@ -196,7 +196,7 @@ def test_errors_and_dispatch(monkeypatch):
   # Routing: "interpret" reaches the kernel with interpret=True (stubbed: the interpreted
   # kernel itself is compared with the reference in the kernel test classes).
   calls = []
-  monkeypatch.setattr(ip.dispatch._ms, "masked_sample_kernel",
+  monkeypatch.setattr(ip.dispatch._ms, "masked_sample_split_kernel",
                       lambda *a, **kw: calls.append(kw) or ("kernel", kw["interpret"]))
   monkeypatch.setenv("INFERNIX_PALLAS_IMPL", "interpret")
   assert ip.masked_sample(logits, mask, enabled, params, seed, position,
