@@ -96,9 +96,13 @@ class LLGuidanceMatcher:
 
   def forced_hint(self, max_n: int) -> list[int]:
     """llguidance's fast-forward tokens (its forced bytes, tokenized by our greedy encoder and
-    trimmed so that the last token cannot be extended into a different one); the session
-    keeps the prefix its masks allow."""
+    trimmed so that the last token cannot be extended into a different one); where that trim
+    leaves nothing (e.g. ``{`` forced while ``{"`` is a token too), the forced bytes tokenized
+    greedily by the longest ordinary token the matcher validates, as xgrammar's jump-forward
+    does. Drafts only: the session keeps the prefix its masks allow, and the target verifies."""
     ff = [int(t) for t in self.native.compute_ff_tokens()]
+    if not self.native.is_error() and not ff:
+      ff = self._greedy_forced(bytes(self.native.compute_ff_bytes()), max_n)
     if self.native.is_error():
       if "NoExtension" not in self.native.get_error():
         raise RuntimeError(f"llguidance matcher error: "
@@ -106,6 +110,24 @@ class LLGuidanceMatcher:
       self.recover()  # a dead end forces nothing
       return []
     return ff
+
+  def _greedy_forced(self, data: bytes, max_n: int) -> list[int]:
+    """Whole ordinary tokens spelling a prefix of the forced bytes ``data``, longest first,
+    each validated by the matcher after the ones before it (no side effect)."""
+    table = self._ordinary_by_bytes()
+    longest = max(map(len, table), default=1)
+    out: list[int] = []
+    pos = 0
+    while pos < len(data) and len(out) < max_n:
+      for n in range(min(longest, len(data) - pos), 0, -1):
+        ids = table.get(data[pos:pos + n])
+        if ids and self.native.validate_tokens(out + [ids[0]]) == len(out) + 1:
+          out.append(ids[0])
+          pos += n
+          break
+      else:
+        break
+    return out
 
   def accept_prefix(self, prefix: bytes) -> int:
     """Accepts ``prefix`` (tokenized greedily); on refusal the first refused byte.
