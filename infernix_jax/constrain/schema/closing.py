@@ -26,6 +26,24 @@ def _is_object(schema: Mapping) -> bool:
           or "properties" in schema or "patternProperties" in schema)
 
 
+def _with_subschemas(schema: Mapping, fn, all_of_fn) -> dict:
+  """A copy of `schema` with `fn` applied to each direct subschema (`all_of_fn` to `allOf`
+  members)."""
+  out = dict(schema)
+  for key in _ONE:
+    if isinstance(out.get(key), Mapping):
+      out[key] = fn(out[key])
+  for key in _LIST:
+    if isinstance(out.get(key), list):
+      out[key] = [fn(s) for s in out[key]]
+  if isinstance(out.get("allOf"), list):
+    out["allOf"] = [all_of_fn(s) for s in out["allOf"]]
+  for key in _MAP:
+    if isinstance(out.get(key), Mapping):
+      out[key] = {name: fn(s) for name, s in out[key].items()}
+  return out
+
+
 def close(schema: Any, *, _member: bool = False) -> Any:
   """A copy of `schema` whose objects (and tuples) take nothing they do not declare.
 
@@ -37,18 +55,7 @@ def close(schema: Any, *, _member: bool = False) -> Any:
   """
   if not isinstance(schema, Mapping):
     return schema
-  out = dict(schema)
-  for key in _ONE:
-    if isinstance(out.get(key), Mapping):
-      out[key] = close(out[key])
-  for key in _LIST:
-    if isinstance(out.get(key), list):
-      out[key] = [close(s) for s in out[key]]
-  if isinstance(out.get("allOf"), list):
-    out["allOf"] = [close(s, _member=True) for s in out["allOf"]]
-  for key in _MAP:
-    if isinstance(out.get(key), Mapping):
-      out[key] = {name: close(s) for name, s in out[key].items()}
+  out = _with_subschemas(schema, close, lambda s: close(s, _member=True))
   if (_is_object(out) and not _member and "additionalProperties" not in out
       and "unevaluatedProperties" not in out and not any(k in out for k in _COMPOSED)):
     out["additionalProperties"] = False
@@ -64,16 +71,7 @@ def require_all(schema: Any) -> Any:
   """
   if not isinstance(schema, Mapping):
     return schema
-  out = dict(schema)
-  for key in _ONE:
-    if isinstance(out.get(key), Mapping):
-      out[key] = require_all(out[key])
-  for key in _LIST + ("allOf",):
-    if isinstance(out.get(key), list):
-      out[key] = [require_all(s) for s in out[key]]
-  for key in _MAP:
-    if isinstance(out.get(key), Mapping):
-      out[key] = {name: require_all(s) for name, s in out[key].items()}
+  out = _with_subschemas(schema, require_all, require_all)
   props = out.get("properties")
   if isinstance(props, Mapping) and props:
     given = [r for r in out.get("required") or () if isinstance(r, str)]
