@@ -33,6 +33,7 @@ from infernix_jax.runtime import compile_cache
 # (the xdist controller, or the only process), inherited by the workers through the
 # environment, removed at the end.
 _OWN_DIRS = []
+_MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
 for _env, _prefix in ((compile_cache.ENV, "infernix-jax-test-xla-"),
                       (cpu_kernels.ENV_DIR, "infernix-jax-test-kernels-")):
   if _env not in os.environ:
@@ -40,13 +41,19 @@ for _env, _prefix in ((compile_cache.ENV, "infernix-jax-test-xla-"),
     _OWN_DIRS.append(os.environ[_env])
 
 
+# A size limit turns on JAX's file lock and its access-time files: the workers read and
+# write one directory. Through the environment it reaches every process of the session (the
+# CLI and server subprocesses too): an entry written without its access-time file would make
+# every later write of the others fail, and the programs after it compile again.
+os.environ[_MAX_SIZE_ENV] = str(64 << 30)
+
+
 def pytest_configure(config):
   del config
   if compile_cache.enable() is not None:
     import jax
 
-    # A size limit turns on JAX's file lock: the workers read and write one directory.
-    jax.config.update("jax_compilation_cache_max_size", 64 << 30)
+    jax.config.update("jax_compilation_cache_max_size", int(os.environ[_MAX_SIZE_ENV]))
 
 
 def pytest_unconfigure(config):
