@@ -68,7 +68,8 @@ class Placement:
     return params, state
 
   def rows(self, tree: Any) -> Any:
-    """Host arrays on the device, per-lane ones ([B, ...]) with lanes on "data".
+    """Host arrays on the device as they are now (`host_copies`), per-lane ones ([B, ...])
+    with lanes on "data".
 
     Without a mesh: `jax.device_put` of every numpy leaf (a transfer; `jnp.asarray` of a
     numpy array compiles a program per shape and dtype). With one: numpy leaves whose leading
@@ -79,10 +80,46 @@ class Placement:
       if not isinstance(x, (np.ndarray, np.generic)):
         return x
       if self.mesh is None:
-        return jax.device_put(x)
+        return jax.device_put(np.array(x))
       if x.ndim == 0 or x.shape[0] != self.lanes:
-        return x
+        return np.array(x)
       axes = ("batch",) + (None,) * (x.ndim - 1)
-      return jax.device_put(x, sharding.named_sharding(axes, x.shape, self.mesh), may_alias=False)
+      return jax.device_put(np.array(x), sharding.named_sharding(axes, x.shape, self.mesh))
 
     return jax.tree.map(place, tree)
+
+
+def host_copies(tree: Any) -> Any:
+  """`tree` with each numpy array replaced by a copy, for handing to the device: arrays at
+  the top, in tuples and lists, and in this package's dataclasses (`DraftInput`,
+  `Proposal`, ...); other objects (parameter states, graph definitions) pass unwalked.
+
+  On the CPU backend `jax.device_put` of a numpy array, and a jitted call given one, share
+  its memory (`may_alias=False` too, jax 0.10), and the call runs later than it is
+  dispatched: a host array written after the dispatch (the host's lengths at a commit, a
+  mask buffer refilled the next round) would change what the device reads. Copies are
+  never written again.
+  """
+  if isinstance(tree, np.ndarray):
+    return np.array(tree)
+  if type(tree) in (tuple, list):
+    out = [host_copies(x) for x in tree]
+    return tree if all(a is b for a, b in zip(out, tree)) else type(tree)(out)
+  if dataclasses.is_dataclass(tree) and type(tree).__module__.startswith("infernix_jax."):
+    changed = {}
+    for field in dataclasses.fields(tree):
+      if field.init:
+        value = getattr(tree, field.name)
+        copied = host_copies(value)
+        if copied is not value:
+          changed[field.name] = copied
+    return dataclasses.replace(tree, **changed) if changed else tree
+  return tree  # device arrays, parameter states, graph definitions, Python values
+
+
+def upload(tree: Any, placement: Placement | None) -> Any:
+  """Host arrays of `tree` on the device(s) as they are now: `placement.rows`, or without a
+  placement `jax.device_put` of their copies (`host_copies`)."""
+  if placement is not None:
+    return placement.rows(tree)
+  return jax.device_put(host_copies(tree))

@@ -38,7 +38,7 @@ from jax.experimental import io_callback
 
 from infernix_jax import mask_layout
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _deps, _masked_q, _min_tokens, _tree
+from infernix_jax.runtime import _deps, _masked_q, _min_tokens, _placement, _tree
 from infernix_jax.runtime import trace as _trace
 from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
@@ -553,6 +553,8 @@ class StagesIO:
   def device(self, fn, *args, **static):
     if self.placement is not None:  # host arrays [B, ...] go to the mesh with lanes on "data"
       args = self.placement.rows(args)
+    else:
+      args = _placement.host_copies(args)
     tl = self.timeline
     if tl is None:
       return _JIT[fn](*args, **static)
@@ -577,10 +579,7 @@ class StagesIO:
     if tl is not None:
       tl.add("lookahead", t0)
     t0 = time.perf_counter()
-    if self.placement is not None:
-      out = self.placement.rows((mask, states, enabled))
-    else:
-      out = jax.device_put((mask, states, enabled))  # a transfer: jnp.asarray compiles
+    out = _placement.upload((mask, states, enabled), self.placement)  # a transfer, no compile
     if tl is not None:
       if tl.serial:
         jax.block_until_ready(out)
@@ -600,9 +599,7 @@ class StagesIO:
     if self.timeline is not None:
       self.timeline.add("lookahead", t0)
     prop = dataclasses.replace(prop, drafts=drafts, parents=parents, n=n)
-    if self.placement is not None:
-      return (prop, *self.placement.rows((mask, states, enabled)))
-    return (prop, *jax.device_put((mask, states, enabled)))
+    return (prop, *_placement.upload((mask, states, enabled), self.placement))
 
   def tree_automaton(self, auto, nodes, rows, prop, mask, states, enabled):
     if not np.asarray(rows).any():
@@ -619,9 +616,7 @@ class StagesIO:
     out = self.steps.bias(drafts, n)
     if self.timeline is not None:
       self.timeline.add("bias", t0)
-    if self.placement is not None:
-      return self.placement.rows(out)
-    return jax.device_put(out)
+    return _placement.upload(out, self.placement)
 
   def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
     if not np.asarray(rows).any():

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _round
+from infernix_jax.runtime import _placement, _round
 from infernix_jax.runtime.drafters import Proposal
 
 __all__ = ["WarmIO", "warm_callback", "warm_rounds"]
@@ -63,7 +63,7 @@ class WarmIO(_round.StagesIO):
     if not self.law_on:
       return super().bias(drafts, n)
     out = self.steps.bias(*jax.device_get((drafts, n)))  # zeros: no lane has a law
-    return self.placement.rows(out) if self.placement is not None else jax.device_put(out)
+    return _placement.upload(out, self.placement)
 
   def propose(self, drafter, params, state, inp):
     if drafter.on_device:
