@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from infernix_jax import gguf_reader
 from infernix_jax import models as im
 
 try:
@@ -33,9 +34,13 @@ def hf_oracle():
   transformers = pytest.importorskip("transformers")
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
   kwargs = dict(gguf_file=GGUF_PATH.name)
-  tokenizer = transformers.AutoTokenizer.from_pretrained(GGUF_PATH.parent, **kwargs)
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      GGUF_PATH.parent, dtype=torch.float32, **kwargs)
+  # transformers parses the file with gguf-py's reader three times (about 20 s); the fast
+  # reader gives the same fields and tensors (tests/test_gguf_reader.py).
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(pytest.importorskip("gguf"), "GGUFReader", gguf_reader._reader_class())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(GGUF_PATH.parent, **kwargs)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        GGUF_PATH.parent, dtype=torch.float32, **kwargs)
   return tokenizer, model.eval()
 
 
