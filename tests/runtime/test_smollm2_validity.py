@@ -49,7 +49,9 @@ def test_completed_outputs_validate_with_jsonschema(smollm2_llm, smollm2_engine)
 
 def test_backends_give_the_same_greedy_tokens(smollm2_llm, smollm2_engine):
   """The main job's schema and JSONSchemaBench schemas, greedy on SmolLM2: every backend that
-  supports a schema commits xgrammar's tokens, on both bridges."""
+  supports a schema commits xgrammar's tokens on the stages bridge, and llguidance (what
+  auto picks for schemas) on the callback bridge too (the bridges' equality for every
+  drafter is the exactness matrix's)."""
   from infernix_jax import constrain as ic
   from infernix_jax.constrain import backends
   from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA
@@ -65,7 +67,7 @@ def test_backends_give_the_same_greedy_tokens(smollm2_llm, smollm2_engine):
   runs = {}
   for bridge in ("stages", "callback"):
     engine = smollm2_engine(bridge)  # n-gram K = 4 with jump-forward, 4 lanes
-    for name in backends.names():
+    for name in backends.names() if bridge == "stages" else ("llguidance",):
       keep = []
       for i, spec in enumerate(specs):
         try:
@@ -82,3 +84,4 @@ def test_backends_give_the_same_greedy_tokens(smollm2_llm, smollm2_engine):
   for (name, bridge, i), tokens in runs.items():
     assert tokens == runs[("xgrammar", "stages", i)], (name, bridge, i)
   assert {n for n, _, _ in runs} >= {"xgrammar", "llguidance"}
+  assert ("llguidance", "callback", 0) in runs
