@@ -40,7 +40,8 @@ _SCRIPT = textwrap.dedent("""
 
 def test_sharded_forward_equals_unsharded():
   root = Path(__file__).resolve().parents[2]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+             "--xla_force_host_platform_device_count=4",
              JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
   result = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, cwd=root,
                           capture_output=True, text=True, timeout=300, check=False)

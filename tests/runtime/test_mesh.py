@@ -75,7 +75,8 @@ def test_every_drafter_kind_on_a_mesh_equals_one_device():
   engine's for no drafter, a host drafter, a draft model and a device network (and the callback bridge with "none"), constrained
   (xgrammar and trie choice) and free lanes mixed, greedy and T = 1."""
   root = Path(__file__).resolve().parents[2]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+             "--xla_force_host_platform_device_count=4",
              JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
   result = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, cwd=root,
                           capture_output=True, text=True, timeout=900, check=False)
