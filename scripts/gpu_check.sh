@@ -2,7 +2,7 @@
 # The GPU check: the measurements that decide the design, about 7 minutes on one H100/H200.
 #
 #   bash scripts/gpu_check.sh                  # on a machine with a GPU (jax[cuda12] installed)
-#   bash scripts/gpu_check.sh --cpu-dry-run    # every step at toy sizes on the CPU (< 2 min)
+#   bash scripts/gpu_check.sh --cpu-dry-run    # every step at toy sizes on the CPU (about 1 min)
 #
 # Runs benchmarks/gpu_check.py once per measurement group, each in a fresh process (XLA
 # flags are read when a process starts): host_device, lanes, cmdbuf (three processes:
@@ -29,6 +29,12 @@ if [ "${1:-}" = --cpu-dry-run ]; then
   DRY=(--cpu-dry-run)
   OUT=${OUT:-$(mktemp -d)}
   export JAX_PLATFORMS=cpu
+  # The groups' processes share one compilation cache (the toy models' programs recur from
+  # group to group); it is removed at the end. The real run compiles every program afresh.
+  CACHE=$(mktemp -d)
+  trap 'rm -rf "$CACHE"' EXIT
+  export JAX_COMPILATION_CACHE_DIR=$CACHE JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
+    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
 else
   OUT=${OUT:-/tmp/gpu_check}
 fi
