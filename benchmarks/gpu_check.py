@@ -49,6 +49,7 @@ CMDBUF_MODES = ("off", "default", "full")
 CMDBUF_FULL = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,COLLECTIVES,CONDITIONAL,WHILE"
 CMDBUF_FLAGS = {"off": "--xla_gpu_enable_command_buffer=", "default": "",
                 "full": f"--xla_gpu_enable_command_buffer={CMDBUF_FULL}"}
+DRY_XLA_FLAG = "--xla_backend_optimization_level=0"
 LOOP_STEPS = 16  # decode steps inside one fori_loop
 ASYNC_CALLS = 50  # back-to-back calls of the async figure
 
@@ -97,7 +98,9 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter,
                                    epilog="\n".join(__doc__.splitlines()[1:]))
-  parser.add_argument("--group", choices=tuple(PLAN), help="the group to measure")
+  parser.add_argument("--group", choices=tuple(PLAN), nargs="+",
+                      help="the group to measure (several: one after the other in this "
+                           "process, as the dry run does)")
   parser.add_argument("--jsonl", default="", help="append the measurements here")
   parser.add_argument("--cmdbuf", choices=CMDBUF_MODES, default="default",
                       help="command-buffer setting of this process (group cmdbuf)")
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
   parser.add_argument("--cpu-dry-run", action="store_true",
                       help="toy sizes on the CPU: every step, same JSONL schema")
   parser.add_argument("--budget", type=float, default=0,
-                      help="seconds for this group (default: the plan's)")
+                      help="seconds for each group (default: the plan's)")
   parser.add_argument("--plan", action="store_true", help="print the plan and exit")
   parser.add_argument("--report", default="", help="write the report of this JSONL")
   parser.add_argument("--out", default="", help="the report's path (with --report)")
@@ -125,9 +128,15 @@ def main(argv=None) -> int:
                                   Path(args.table) if args.table else None)
   if not args.group or not args.jsonl:
     parser.error("--group and --jsonl are needed to measure (or --plan, --report)")
-  flag = _apply_cmdbuf_flags(args.cmdbuf) if args.group == "cmdbuf" else None
+  if "cmdbuf" in args.group and args.cmdbuf != "default" and len(args.group) > 1:
+    parser.error(f"--cmdbuf {args.cmdbuf} runs group cmdbuf alone: its XLA flag would apply "
+                 f"to every group of the process ({' '.join(args.group)})")
+  flag = _apply_cmdbuf_flags(args.cmdbuf) if "cmdbuf" in args.group else None
   if args.cpu_dry_run:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # Toy programs timed for their figures' shape only: LLVM's cheapest optimisation level
+    # cuts the CPU compiles (most of the dry run's time) by about a third.
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DRY_XLA_FLAG}".strip()
   import jax
   import _gpu_check_groups as groups
   from _gpu_check_setup import Budget, Log
@@ -136,25 +145,31 @@ def main(argv=None) -> int:
   if not args.cpu_dry_run and jax.default_backend() == "cpu":
     parser.error("no accelerator here (jax sees only the CPU): install jax[cuda12] on a GPU "
                  "machine, or use --cpu-dry-run")
-  log = Log(Path(args.jsonl), args.group, args.cpu_dry_run)
-  budget = Budget(args.budget or budgets[args.group])
-  labels = plan(args.cpu_dry_run)[args.group]
-  if args.group == "cmdbuf":
+  for group in args.group:
+    _measure(args, group, budgets[group], flag, groups, Budget, Log)
+  return 0
+
+
+def _measure(args, group, planned, flag, groups, budget_cls, log_cls) -> None:
+  """Runs one group (its own log and budget) and says which planned labels it left out."""
+  log = log_cls(Path(args.jsonl), group, args.cpu_dry_run)
+  budget = budget_cls(args.budget or planned)
+  labels = plan(args.cpu_dry_run)[group]
+  if group == "cmdbuf":
     groups.cmdbuf(log, budget, args.cpu_dry_run, args.cmdbuf, flag)
-  elif args.group == "dispatch":
+  elif group == "dispatch":
     table = Path(args.table) if args.table else Path(args.jsonl).with_name(
         "dispatch_table.json")
     groups.dispatch(log, budget, args.cpu_dry_run, table)
   else:
-    getattr(groups, args.group)(log, budget, args.cpu_dry_run)
+    getattr(groups, group)(log, budget, args.cpu_dry_run)
   written = {line["label"] for line in groups.read_lines(Path(args.jsonl))
-             if line["group"] == args.group and line["device_kind"] == log.base["device_kind"]}
-  if args.group == "cmdbuf":
+             if line["group"] == group and line["device_kind"] == log.base["device_kind"]}
+  if group == "cmdbuf":
     labels = [label for label in labels if f" {args.cmdbuf} " in label]
   missing = [label for label in labels if label not in written]
   if missing:
-    print(f"[{args.group}] not written: {', '.join(missing)}", flush=True)
-  return 0
+    print(f"[{group}] not written: {', '.join(missing)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ CAPACITIES = (512, 4096)  # decode(1) at these KV capacities besides --capacity
 BATCHED_ATTENTION_LANES = (4, 8)  # at M = 1 also attention for these lanes x 1 position
 GPU_STREAM_SHAPE = (16384, 32768)  # 1 GiB in bf16: far above the L2 of any GPU
 CPU_DENSE_N, GPU_DENSE_N = 2048, 8192
+QUICK_DENSE_N = 1024  # --quick on the CPU
 
 
 # --- what is measured ------------------------------------------------------------------------
@@ -129,8 +130,9 @@ def on_accelerator() -> bool:
   return jax.devices()[0].platform != "cpu"
 
 
-def denominators(dtype: str, repeats: int) -> dict:
-  """{"bandwidth" bytes/s, "dense_rate" FLOP/s, "bandwidth_how", "dense_how"} of this device."""
+def denominators(dtype: str, repeats: int, quick: bool = False) -> dict:
+  """{"bandwidth" bytes/s, "dense_rate" FLOP/s, "bandwidth_how", "dense_how"} of this device
+  (`quick`: the CPU's dense rate from a product of QUICK_DENSE_N, an eighth of the work)."""
   if on_accelerator():
     dt = jnp.dtype(dtype)
     a = jnp.full(GPU_STREAM_SHAPE, 0.5, dt)
@@ -146,7 +148,7 @@ def denominators(dtype: str, repeats: int) -> dict:
     bandwidth = _timing.gemv_bandwidth(repeats)
     rows, cols = _timing.GEMV_SHAPE
     how_bw = f"f32 GEMV over a {rows}x{cols} matrix ({rows * cols * 4 / 1e6:.0f} MB)"
-    n, dense_dtype = CPU_DENSE_N, jnp.float32
+    n, dense_dtype = QUICK_DENSE_N if quick else CPU_DENSE_N, jnp.float32
   a = jnp.full((n, n), 0.5, dense_dtype)
   b = jnp.full((n, n), 0.25, dense_dtype)
   mm = jax.jit(lambda a, b: a @ b)
@@ -623,7 +625,7 @@ def run(args, cfg: im.ModelConfig, emit: Callable[[dict], None]) -> dict:
             "capacity": args.capacity, "context": args.context, "repeats": args.repeats,
             "temperature": args.temperature, "pallas_impl": ip.resolve_impl(),
             "steps": [], "capacities": [], "xla_steps": [], "pieces": [], "skipped": [], "complete": False}
-  den = denominators(cfg.dtype, max(2, args.repeats))
+  den = denominators(cfg.dtype, max(2, args.repeats), quick=args.quick)
   result["denominators"] = den
   print(f"jax {jax.__version__} on {result['device']}; bandwidth {den['bandwidth'] / 1e9:.1f} "
         f"GB/s ({den['bandwidth_how']}); dense {den['dense_rate'] / 1e12:.3f} TFLOP/s "
@@ -671,7 +673,8 @@ def main(argv: list[str] | None = None, cfg: im.ModelConfig | None = None) -> in
                   help="sampling temperature of finish (0: greedy, the engine's default)")
   ap.add_argument("--quick", action="store_true",
                   help=f"steps {', '.join(s.name for s in QUICK_SHAPES)}; pieces at M in "
-                       f"{QUICK_PIECE_M}; at most 3 repeats")
+                       f"{QUICK_PIECE_M}; at most 3 repeats; on the CPU the "
+                       f"dense rate from a {QUICK_DENSE_N}^3 product")
   ap.add_argument("--budget", type=float, default=0.0,
                   help="seconds after which remaining step groups and pieces are skipped "
                        "(0: no limit); what was measured is still reported")

@@ -2,11 +2,12 @@
 # The GPU check: the measurements that decide the design, about 7 minutes on one H100/H200.
 #
 #   bash scripts/gpu_check.sh                  # on a machine with a GPU (jax[cuda12] installed)
-#   bash scripts/gpu_check.sh --cpu-dry-run    # every step at toy sizes on the CPU (< 2 min)
+#   bash scripts/gpu_check.sh --cpu-dry-run    # every step at toy sizes on the CPU (about 1 min)
 #
 # Runs benchmarks/gpu_check.py once per measurement group, each in a fresh process (XLA
 # flags are read when a process starts): host_device, lanes, cmdbuf (three processes:
-# command buffers off, default, the full list), device_loop, dispatch, gemm. Each group
+# command buffers off, default, the full list), device_loop, dispatch, gemm (the dry run:
+# the groups that set no flag in one process, cmdbuf off and full in their own). Each group
 # appends its lines to $OUT/gpu_check.jsonl as it measures and stops at its budget (the plan
 # printed first); a timeout 30 s past the budget stops a group that hangs, and what it wrote
 # stays. The dispatch group writes $OUT/dispatch_table.json. Then the report:
@@ -47,28 +48,40 @@ CHECK=(benchmarks/gpu_check.py "${DRY[@]}" --jsonl "$JSONL")
   $PY benchmarks/gpu_check.py "${DRY[@]}" --plan
 } 2>&1 | tee "$OUT/summary.txt"
 
-budget() {  # the group's planned seconds
+budget() {  # the groups' planned seconds
   $PY -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_check as g; \
-print((g.DRY_PLAN if '${DRY[*]}' else g.PLAN)['$1'])"
+print(sum((g.DRY_PLAN if '${DRY[*]}' else g.PLAN)[x] for x in '$1'.split()))"
 }
 rcs=()
-run_group() {  # group [args...]
+run_group() {  # "group [group...]" [args...]: the groups one after the other in one process
   local group=$1 limit
   shift
   limit=$(( $(budget "$group") + 30 ))
   echo "== $group $* (stops at its budget; killed after ${limit} s)"
-  timeout "$limit" $PY "${CHECK[@]}" --group "$group" "$@" 2>&1 | tee -a "$OUT/console.txt"
+  # shellcheck disable=SC2086  # one word per group
+  timeout "$limit" $PY "${CHECK[@]}" --group $group "$@" 2>&1 | tee -a "$OUT/console.txt"
   rcs+=("$group${1:+ $*}: ${PIPESTATUS[0]}")
 }
 
-run_group host_device
-run_group lanes
-for mode in off default full; do
-  run_group cmdbuf --cmdbuf "$mode"
-done
-run_group device_loop
-run_group dispatch --table "$OUT/dispatch_table.json"
-run_group gemm
+TABLE=(--table "$OUT/dispatch_table.json")
+if [ ${#DRY[@]} -gt 0 ]; then
+  # The dry run measures the groups that set no XLA flag in one process (one start, one jax
+  # import, the toy models' programs compiled once), then cmdbuf off and full, each in its
+  # own process as on the GPU: its flag must be set before jax starts.
+  run_group "host_device lanes cmdbuf device_loop dispatch gemm" --cmdbuf default "${TABLE[@]}"
+  for mode in off full; do
+    run_group cmdbuf --cmdbuf "$mode"
+  done
+else
+  run_group host_device
+  run_group lanes
+  for mode in off default full; do
+    run_group cmdbuf --cmdbuf "$mode"
+  done
+  run_group device_loop
+  run_group dispatch "${TABLE[@]}"
+  run_group gemm
+fi
 
 if [ "${GPU_TESTS:-0}" = 1 ]; then
   timeout 140 $PY -m pytest tests/pallas -q -p no:cacheprovider -k "not Interpret" \
