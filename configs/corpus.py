@@ -39,7 +39,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.self_max_tokens = 6
     c.self_lanes = 2
     c.top_k = 8
-    c.rows_tokens = 512
+    c.bucket_step = 384          # two widths (384, 768): each compiles the scoring once
+    c.rows_tokens = 768
     c.shard_tokens = 1024
   elif variant:
     raise ValueError(f"unknown variant {variant!r} (use '' or 'smoke')")

@@ -27,6 +27,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.steps = 1600                # the shipped head: 1000 steps, then resumed to 1600 (a warm
   # restart of the cosine schedule; training_log.json's history.segments records it)
   c.batch_sequences = 4         # sequences per step (one length bucket)
+  c.batch_bucket = 128          # bucket width in tokens: a step's sequences are padded to
+  # it (each width used compiles the step once)
   c.anchors = 48                # anchors per sequence
   c.answer_anchor_share = 0.75  # share of anchors whose drafts are answer tokens
   c.learning_rate = 1e-3
@@ -48,6 +50,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.draft_vocab = 512
     c.steps = 4
     c.batch_sequences = 2
+    c.batch_bucket = 768          # the corpus's max_len: one shape, one step compile per run
     c.anchors = 8
     c.warmup_steps = 1
     c.log_every = 2

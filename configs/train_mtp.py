@@ -30,6 +30,8 @@ def base(variant: str = "") -> ml_collections.ConfigDict:
   # Optimisation.
   c.steps = 1200
   c.batch_sequences = 4         # sequences per step (one length bucket)
+  c.batch_bucket = 128          # bucket width in tokens: a step's sequences are padded to
+  # it (each width used compiles the step once)
   c.anchors = 48                # anchors (rounds) sampled per sequence
   c.answer_anchor_share = 0.75  # share of anchors whose drafts are answer tokens (KL + CE;
   # the rest anywhere, KL only)
@@ -53,6 +55,7 @@ def base(variant: str = "") -> ml_collections.ConfigDict:
     c.draft_vocab = 512
     c.steps = 4
     c.batch_sequences = 2
+    c.batch_bucket = 768          # the corpus's max_len: one shape, one step compile per run
     c.anchors = 8
     c.warmup_steps = 1
     c.log_every = 2

@@ -140,7 +140,8 @@ def train(c, log=sys.stderr) -> dict:
   sampler = teacher_corpus.ScoredSampler(scored, rows, seqs=c.batch_sequences,
                                          anchors=c.anchors, seed=c.seed,
                                          answer_share=c.answer_anchor_share,
-                                         arrays=("features", "top_ids", "top_logp"))
+                                         arrays=("features", "top_ids", "top_logp"),
+                                         bucket=c.batch_bucket)
   net = make_head(c, cfg, model, vocab_ids, taps)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
   embed, t2d_j = model.embed[...], jnp.asarray(t2d)

@@ -218,7 +218,8 @@ def train(c, log=sys.stderr) -> dict:
            if c.draft_vocab else None)
   sampler = teacher_corpus.ScoredSampler(scored, rows, seqs=c.batch_sequences,
                                          anchors=c.anchors, seed=c.seed,
-                                         answer_share=c.answer_anchor_share, arrays=("last",))
+                                         answer_share=c.answer_anchor_share, arrays=("last",),
+                                         bucket=c.batch_bucket)
 
   net = make_net(c, cfg, model)
   dw.set_draft_vocab(net, vocab)

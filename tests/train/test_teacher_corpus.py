@@ -33,7 +33,28 @@ def test_written_items_keep_validation_out_of_training():
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def tiny_target():
+  """Within this module `corpus.load_target("tiny-random")` returns one target, made once:
+  the corpus build, every training run and the tests would otherwise each read the
+  vocabulary and initialise the random model again (seconds each). The target is frozen
+  (scoring, training and the engines read it) and the same as a fresh one (seed 0)."""
+  from infernix_jax.train import corpus
+  real, made = corpus.load_target, {}
+
+  def load_target(path=None, layout="unrolled"):
+    if path != corpus.TINY_RANDOM:
+      return real(path, layout)
+    if layout not in made:
+      made[layout] = real(path, layout)
+    return made[layout]
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(corpus, "load_target", load_target)
+    yield
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, tiny_target):
   from infernix_jax import models as im
   try:
     im.default_model_path()
