@@ -41,15 +41,6 @@ for _env, _prefix in ((compile_cache.ENV, "infernix-jax-test-xla-"),
     _OWN_DIRS.append(os.environ[_env])
 
 
-# XLA's CPU programs built without LLVM's optimisation passes: the suite's time is mostly
-# compiling small programs (measured on the model-phase and branch-policy tests: 123 s of CPU
-# -> 73 s), and the passes do not change what a program computes (no fast math either way).
-# Every process of the session inherits it; benchmarks and users run the default level. An
-# XLA_FLAGS that already sets the level is kept.
-_OPT_FLAG = "--xla_backend_optimization_level"
-if _OPT_FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_OPT_FLAG}=0".strip()
-
 # A size limit turns on JAX's file lock and its access-time files: the workers read and
 # write one directory. Through the environment it reaches every process of the session (the
 # CLI and server subprocesses too): an entry written without its access-time file would make
