@@ -14,7 +14,8 @@ import jax
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import _deps, _round, _thinking, _warmup, compile_cache, prefill
+from infernix_jax.runtime import (_deps, _device_loop, _round, _thinking, _warmup, compile_cache,
+                                  prefill)
 from infernix_jax.runtime._host import HostState
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
@@ -65,14 +66,18 @@ class Engine:
       or None for one device. The target (stacked layout) is tensor parallel over "model",
       its KV cache and the per-lane inputs are split over "data" where it divides B, a
       device drafter's parameters are replicated (`_placement`). Same tokens as one device.
+    device_rounds: N > 1 runs up to N rounds per dispatch on the `stages` bridge while no
+      active lane needs a host step (`_device_loop`: unconstrained lanes, ordinary decoding
+      or a device drafter); 1 runs every round through the host. Same tokens either way.
   """
 
   def __init__(self, model: Any, vocab: Any, drafter: Drafter | None = None, *,
                lanes: int = 4, capacity: int = 1024, bridge: str = "stages",
                masked_q: bool = True, compiler: Any = None, callback_rounds: int = 64,
                cfg: Any = None, device_automaton: bool = False, mesh: Any = None,
-               acceptance: str = "exact"):
+               acceptance: str = "exact", device_rounds: int = 1):
     self.acceptance = acceptance
+    self.device_rounds = device_rounds
     if isinstance(model, tuple):
       self.graphdef, self.state = model
       self.cfg = cfg
@@ -314,7 +319,13 @@ class Engine:
       return
     t0 = time.perf_counter()
     args = self._round_args()
-    if self.bridge == "stages":
+    if self.bridge == "stages" and self._host_free():
+      self._round_state, n = _device_loop.run(host, self._round_state, args, self._statics(),
+                                              self.capacity, self.device_rounds,
+                                              stop_on_finish=bool(host.waiting))
+      self.stats["rounds"] += n
+      self.stats["device_loops"] += 1
+    elif self.bridge == "stages":
       self._round_state = _round.run_stages(host, self._round_state, args, self._statics(),
                                             self.timeline)
       self.stats["rounds"] += 1
@@ -416,6 +427,14 @@ class Engine:
         self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), rows,
         hidden, reset=False)
     host.commit_closes(rows)
+
+  def _host_free(self) -> bool:
+    """Whether the next rounds run in the device loop (`device_rounds` > 1): no active lane
+    and not the drafter needs a host step (`_device_loop`), one device, no timeline."""
+    return (self.device_rounds > 1 and self.mesh is None and self.timeline is None
+            and _device_loop.drafter_qualifies(self.drafter)
+            and all(_device_loop.lane_qualifies(x) for x in self.host.lanes)
+            and not self.host.closes_due())
 
   def _penalties_active(self) -> bool:
     """Whether a lane's target depends on its output so far (presence, frequency or
