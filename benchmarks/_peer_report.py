@@ -9,6 +9,8 @@ import platform
 import sys
 from pathlib import Path
 
+from _timing import machine  # the benchmarks folder is the script's path
+
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs/results/performance.md"
 
@@ -77,17 +79,10 @@ def environment(args) -> dict:
     except metadata.PackageNotFoundError:
       return None
 
-  cpu = platform.processor() or platform.machine()
-  try:
-    names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo", encoding="utf-8")
-             if ln.startswith("model name")]
-    cpu = names[0] if names else cpu
-  except OSError:
-    pass
   device = jax.devices()[0]
   return {
       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-      "machine": f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
+      "machine": f"{machine()}, {platform.system()} {platform.machine()}",
       "device": f"{device.platform} ({getattr(device, 'device_kind', '')})",
       "load_average": os.getloadavg()[0],
       "versions": {n: version(n) for n in ("jax", "jaxlib", "flax", "torch", "transformers",

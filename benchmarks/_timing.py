@@ -4,6 +4,7 @@ description."""
 from __future__ import annotations
 
 import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -34,8 +35,9 @@ def gemv_bandwidth(repeats: int) -> float:
 
 
 def machine() -> str:
-  """'<CPU model>, <n> logical cores' (from /proc/cpuinfo where there is one)."""
-  model = "unknown CPU"
+  """'<CPU model>, <n> logical cores' (the model from /proc/cpuinfo where there is one, else
+  the platform's processor name)."""
+  model = platform.processor() or platform.machine() or "unknown CPU"
   try:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
       if line.startswith("model name"):

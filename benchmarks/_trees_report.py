@@ -52,7 +52,7 @@ def _goals(rows, temperatures) -> list[str]:
 
 def _table(rows, part, t) -> list[str]:
   base = _row(rows, part, 0.0, "none")
-  out = ["| configuration | tokens/round | tok/s | vs ordinary decoding | drafted | accepted "
+  out = ["| configuration | accepted length | tok/s | vs ordinary decoding | drafted | accepted "
          "| pruned nodes | tokens | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in rows:
     if r["part"] != part or r["temperature"] != t:
@@ -88,8 +88,8 @@ def write_report(results, path: Path) -> None:
       f"of {meta['documents']} about <topic>\"), so later documents see the earlier outputs "
       f"of their schema; suffix decoding (its tree of {meta['k']} nodes) against n-gram + "
       f"jump-forward chains.",
-      "- tokens/round = output tokens / rounds (the accepted length plus the correction or "
-      "bonus); tok/s = output tokens / measured wall time.",
+      "- accepted length = (accepted drafts + rounds) / rounds (each round's correction or "
+      "bonus counted); tok/s = output tokens / measured wall time.",
       "",
       "## Goals",
       "",

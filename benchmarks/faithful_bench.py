@@ -1,7 +1,7 @@
 """What sampling_law="exact-finite" costs against "local" on large label sets, per request.
 
 The trie paper's scale (arXiv:2608.12574): a choice over K synthetic tool names (its
-Appendix C.2 pools; `experiments/trie_repro/enum_sets.tool_names`), every tokenization of
+Appendix C.2 pools; `experiments/studies/trie/enum_sets.tool_names`), every tokenization of
 every name in the language. One prompt per task asks for the tool; each request runs
 through the engine (embedded SmolLM2, jump-forward drafts, one lane, trie backend) under:
 
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     return _publish(report(saved["results"], args, saved["env"]), saved, args)
   import subprocess
 
-  from experiments.trie_repro.enum_sets import tool_names
+  from experiments.studies.trie.enum_sets import tool_names
   from infernix_jax import LLM
   from infernix_jax.runtime import compile_count
   with compile_count.counting() as warm:

@@ -229,7 +229,7 @@ def warm_up(engine, items: list[Workload], constraint_of):
 def run_ours(engine, items: list[Workload], max_tokens: int, constraint_of,
              warm=None) -> Run:
   """The timed run of `items`; `warm`: the CompileCount of the warm-up just before it."""
-  from infernix_jax.runtime import FinishReason, GenerationRequest, compile_count
+  from infernix_jax.runtime import FinishReason, GenerationRequest, accepted_length, compile_count
   requests = [GenerationRequest(list(w.ids), max_tokens=max_tokens, constraint=constraint_of(w))
               for w in items]
   with compile_count.counting() as timed:
@@ -240,7 +240,7 @@ def run_ours(engine, items: list[Workload], max_tokens: int, constraint_of,
   tokens = [list(r.token_ids) + ([eos] if r.finish_reason == FinishReason.STOP else [])
             for r in results]
   rounds = sum(len(r.rounds) for r in results)
-  accepted = (sum(r.accepted for r in results) + rounds) / max(rounds, 1)
+  accepted = accepted_length(sum(r.accepted for r in results), rounds)
   return Run(tokens, seconds, accepted_length=accepted,
              errors=tuple(r.error for r in results if r.error),
              xla={**timed.record(), **(warm.record("warmup_") if warm is not None else {})})

@@ -11,8 +11,9 @@ suffix decoding (its tree, K = 7 nodes) against n-gram + jump-forward chains (K 
 K = 7 greedy), and ordinary decoding for scale.
 
 Every configuration runs on a fresh engine (one lane, capacity 1024) after `warmup()` and
-with every constraint compiled beforehand, greedy and at T = 0.7; accepted length is output
-tokens per round, tokens/s is output tokens over the measured wall time.
+with every constraint compiled beforehand, greedy and at T = 0.7; accepted length is
+`infernix_jax.runtime.accepted_length` ((accepted drafts + rounds) / rounds), tokens/s is
+output tokens over the measured wall time.
 
   .venv/bin/python benchmarks/trees.py [--quick] [--write]
 
@@ -112,7 +113,7 @@ def part2_requests(loaded, schemas, documents, max_tokens, temperature):
 def measure(loaded, compiler, label, config, requests) -> dict:
   """One configuration on a fresh engine: warmup, constraints compiled, then timed (with the
   XLA compilations of both parts: `warmup_xla_*`, `xla_*`)."""
-  from infernix_jax.runtime import compile_count
+  from infernix_jax.runtime import accepted_length, compile_count
   from infernix_jax.runtime.build import EngineSpec, build_engine
   name, options, jump = config
   spec = EngineSpec(drafter=name, drafter_options=options, jump_forward=jump, lanes=1,
@@ -129,15 +130,16 @@ def measure(loaded, compiler, label, config, requests) -> dict:
     wall = time.perf_counter() - start
   tokens = sum(len(r.token_ids) for r in results)
   rounds = sum(len(r.rounds) for r in results)
+  accepted = sum(r.accepted for r in results)
   pruned = sum(r.constraint.pruned_nodes for r in results if r.constraint is not None)
   errors = [r.error for r in results if r.error]
   row = {"config": label, "tokens": tokens, "rounds": rounds, "seconds": round(wall, 2),
-         "accepted_length": round(tokens / max(rounds, 1), 4),
+         "accepted_length": round(accepted_length(accepted, rounds), 4),
          "tokens_per_second": round(tokens / wall, 2),
-         "drafted": sum(r.drafted for r in results), "accepted": sum(r.accepted for r in results),
+         "drafted": sum(r.drafted for r in results), "accepted": accepted,
          "pruned_nodes": pruned, "errors": len(errors), **timed.record(),
          **warm.record("warmup_")}
-  print(f"{label:>16}: {row['accepted_length']:.3f} tokens/round, "
+  print(f"{label:>16}: accepted length {row['accepted_length']:.3f}, "
         f"{row['tokens_per_second']:.1f} tok/s, {tokens} tokens, pruned {pruned}"
         + (f", {len(errors)} errors ({errors[0]})" if errors else ""), flush=True)
   return row

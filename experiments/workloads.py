@@ -220,7 +220,7 @@ def _gbnf(name, limit, seed, data):
 
 
 def _tools(k, limit, seed):
-  from experiments.trie_repro.enum_sets import tool_names
+  from experiments.studies.trie.enum_sets import tool_names
 
   names = tool_names(int(k), seed=0)
   rng = random.Random(seed)

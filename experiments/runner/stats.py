@@ -3,9 +3,10 @@ or prompts where requests share a prompt), and its paired form for axis effects.
 
 A unit is whatever the resampling draws whole: a list of request records, one per unit. The
 statistic is computed on the concatenation of the drawn units, so ratio figures (accepted
-length = tokens / rounds over all requests of a cell) are resampled as ratios, not as means
-of per-request ratios. Units that each fall in one category (sampled outputs, right or wrong
-answers) can be resampled from their counts alone (`bootstrap_counts`).
+length = (accepted drafts + rounds) / rounds over all requests of a cell) are resampled as
+ratios, not as means of per-request ratios. Units that each fall in one category (sampled
+outputs, right or wrong answers) can be resampled from their counts alone
+(`bootstrap_counts`).
 """
 
 from __future__ import annotations

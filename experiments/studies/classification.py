@@ -17,7 +17,7 @@ from typing import Iterator
 
 from experiments import workloads
 from experiments.runner import plots, stats
-from experiments.trie_repro import PAPER as TRIE_PAPER
+from experiments.studies.trie import PAPER as TRIE_PAPER
 from experiments.studies.decode import _target
 
 # The only per-model numbers the reference's text states (its table bodies are not in the

@@ -231,10 +231,11 @@ def label(ov: dict) -> str:
 
 
 def accepted_length(rows) -> float:
-  """Tokens per target verify round over request records: (accepted drafts + rounds) /
-  rounds (each round commits its accepted drafts and one token of the target)."""
-  rounds = sum(r["rounds"] for r in rows)
-  return (sum(r["accepted"] for r in rows) + rounds) / max(rounds, 1)
+  """The accepted length (`infernix_jax.runtime.accepted_length`: (accepted drafts + rounds)
+  / rounds) over request records, each with its request's "accepted" and "rounds"."""
+  from infernix_jax.runtime.types import accepted_length as of_counts
+
+  return of_counts(sum(r["accepted"] for r in rows), sum(r["rounds"] for r in rows))
 
 
 def interval(records, c) -> tuple[float, float, float]:

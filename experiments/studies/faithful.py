@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from experiments.runner import plots, stats
+from experiments.studies.decode import accepted_length
 
 PAPER = ("Nie et al., \"Future Validity is the Missing Statistic: From Impossibility to "
          "Φ-Estimation for Grammar-Faithful Speculative Decoding\" (arXiv:2605.07698): TV gap of "
@@ -154,13 +155,11 @@ def run_cell(c, ctx) -> Iterator[dict]:
              "rounds": d.stats["rounds"], "accepted": d.stats["accepted"],
              "drafted": d.stats["drafted"], "tokens": len(d.token_ids)}
     complete = [d for d in done if d.finish_reason == FinishReason.STOP.value]
-    tokens = sum(len(d.token_ids) for d in done)
-    rounds = sum(d.stats["rounds"] for d in done)
     runs[name] = {"samples": len(done), "complete": len(complete),
                   "tv_to_star": _tv(star, _empirical([d.text.encode() for d in complete]))
                   if complete else None,
                   "seconds_per_request": wall / len(done), **timed.record(),
-                  "accepted_length": tokens / rounds if rounds else 0.0}
+                  "accepted_length": accepted_length([d.stats for d in done])}
   top = sorted(star, key=lambda k: -star[k])[:10]
   yield {"kind": "measurement", "nodes": trie.size, "members": int(trie.member.sum()),
          "strings": len(star), "trie_seconds": trie_s, "law_cost": law.cost.to_dict(),
@@ -171,12 +170,6 @@ def run_cell(c, ctx) -> Iterator[dict]:
          "star": [[k.decode(errors="replace"), p] for k, p in sorted(star.items())],
          "top": [{"text": k.decode(errors="replace"), "star": star[k],
                   "local": proj.get(k, 0.0)} for k in top]}
-
-
-def tokens_per_round(rows) -> float:
-  """Output tokens / verify rounds over request records (the runs' accepted length)."""
-  rounds = sum(r["rounds"] for r in rows)
-  return sum(r["tokens"] for r in rows) / rounds if rounds else 0.0
 
 
 def engine_tv(star: dict[str, float], texts) -> tuple[float, float, float]:
@@ -193,8 +186,8 @@ def engine_tv(star: dict[str, float], texts) -> tuple[float, float, float]:
 
 def law_intervals(cell_requests: list[dict], measurement: dict) -> dict[str, dict]:
   """Per law: 'tv' (the engine's TV to μ*, resampled over completed samples; the point alone
-  where the record lacks the whole μ*) and 'accepted_length' (tokens / rounds, resampled over
-  requests), each (point, low, high)."""
+  where the record lacks the whole μ*) and 'accepted_length' ((accepted drafts + rounds) /
+  rounds, resampled over requests), each (point, low, high)."""
   star = dict(map(tuple, measurement["star"])) if "star" in measurement else None
   out = {}
   for law in LAWS:
@@ -204,7 +197,7 @@ def law_intervals(cell_requests: list[dict], measurement: dict) -> dict[str, dic
     out[law] = {
         "tv": engine_tv(star, done) if star and done else
         (float("nan") if tv is None else tv, float("nan"), float("nan")),
-        "accepted_length": stats.bootstrap(rs, tokens_per_round) if rs else
+        "accepted_length": stats.bootstrap(rs, accepted_length) if rs else
         (measurement["runs"][law]["accepted_length"], float("nan"), float("nan"))}
   return out
 
@@ -275,7 +268,8 @@ def summarize(records, c, out: Path) -> str:
       "it, so its seconds per request spread that one computation (the 'Φ computation' column, "
       "measured apart) over the samples.", "",
       "Intervals: the exact columns are computed, not sampled, so they have none. Accepted "
-      "lengths (output tokens / verify rounds over a law's requests) carry a 95% percentile "
+      "lengths ((accepted drafts + verify rounds) / verify rounds over a law's requests) "
+      "carry a 95% percentile "
       "bootstrap interval over requests (2,000 resamples, seed 0; one prompt per cell, each "
       "request its own seed). "
       + ("The engine TVs carry one over completed samples (resampled from their counts "

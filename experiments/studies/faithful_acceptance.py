@@ -57,7 +57,7 @@ class Constraint:
 
 
 def _tools() -> tuple[str, ...]:
-  from experiments.trie_repro.enum_sets import tool_names
+  from experiments.studies.trie.enum_sets import tool_names
   return tuple(tool_names(30))
 
 

@@ -23,7 +23,7 @@ from experiments import workloads
 from experiments.runner import plots, stats
 from experiments.studies.classification import _chunk, _engine, match
 from experiments.studies.decode import _target
-from experiments.trie_repro import PAPER as TRIE_PAPER
+from experiments.studies.trie import PAPER as TRIE_PAPER
 
 LAWS = ("local", "exact-finite")
 

@@ -19,12 +19,12 @@ from infernix_jax.runtime.errors import (CapacityError, ConstraintDeadEnd, Gener
                                          StateIntegrityError)
 from infernix_jax.runtime.types import (ConstraintReport, FinishReason, GenerationRequest,
                                         GenerationResult, RoundStat, SamplingOptions,
-                                        TokenEvent, TokenLogprob)
+                                        TokenEvent, TokenLogprob, accepted_length)
 
 __all__ = [
     "Assembly", "BRIDGES", "CapacityError", "EngineSpec", "Target", "build_engine", "load_target", "ConstraintDeadEnd", "ConstraintReport", "Drafter", "Engine",
     "FinishReason", "GenerationError", "GenerationRequest", "GenerationResult", "JumpForward",
     "NGramDrafter", "NoDrafter", "NonFiniteLogits", "Proposal", "RequestCancelled",
     "RoundStat", "SamplingOptions", "SessionFailure", "StateIntegrityError", "Timeline",
-    "TokenEvent", "TokenLogprob", "drafters",
+    "TokenEvent", "TokenLogprob", "accepted_length", "drafters",
 ]

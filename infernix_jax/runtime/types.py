@@ -19,6 +19,7 @@ __all__ = [
     "SamplingOptions",
     "TokenEvent",
     "TokenLogprob",
+    "accepted_length",
     "check_bridge",
 ]
 
@@ -284,7 +285,33 @@ class RoundStat:
   """One decode round of one request."""
 
   drafted: int  # drafts proposed for this row (0 = ordinary decoding)
-  accepted: int  # drafts accepted by verification (the round commits accepted + 1 tokens)
+  # Drafts accepted by verification that the output kept (min(accepted, tokens committed)):
+  # the round commits accepted + 1 tokens unless EOS or a stop string ends it first.
+  accepted: int
+
+
+def accepted_length(accepted: int, rounds: int) -> float:
+  """The accepted length: tokens per target verify round, (accepted + rounds) / rounds.
+
+  Each round counts its `RoundStat.accepted` drafts and one token of the target (the
+  correction or bonus): ordinary decoding gives 1.0, K drafts all accepted K + 1. Rounds that
+  end a request count as `RoundStat` records them, EOS being a token:
+    - the target's EOS as the correction or bonus: accepted drafts + 1, EOS included;
+    - an accepted draft that is EOS, or a stop string completed by draft i: the round keeps
+      drafts 1..i (accepted = i) and counts i + 1, one token past what it committed;
+    - max_tokens: never a cut; the host drafts at most max_tokens - len(output) - 1 tokens, so
+      the last round is shorter and counts what it committed.
+  EOS is not an output token, so a request that ends on EOS gives more than
+  len(token_ids) / rounds.
+
+  Args:
+    accepted: `RoundStat.accepted` summed over the rounds (of one request or many).
+    rounds: how many rounds.
+
+  Returns:
+    (accepted + rounds) / rounds; 0.0 without rounds.
+  """
+  return (accepted + rounds) / rounds if rounds else 0.0
 
 
 @dataclasses.dataclass
@@ -351,8 +378,8 @@ class GenerationResult:
 
   @property
   def accepted_length(self) -> float:
-    """Mean tokens a round produced: accepted drafts + the correction/bonus (1 = ordinary)."""
-    return (self.accepted + len(self.rounds)) / max(len(self.rounds), 1)
+    """Tokens per round: `accepted_length` of this request's rounds (1 = ordinary)."""
+    return accepted_length(self.accepted, len(self.rounds))
 
   @property
   def acceptance_rate(self) -> float:

@@ -1,9 +1,9 @@
 """Acceptance of a drafter on prompts, measured through the engine.
 
 `acceptance` runs the prompts (chat framed, each with its constraint unless told otherwise)
-and reads every round's (drafted, accepted): accepted length = tokens per round (accepted
-drafts + the correction or bonus), acceptance at draft position i = the share of rounds that
-drafted >= i whose first i drafts were all accepted.
+and reads every round's (drafted, accepted): accepted length = tokens per round
+(`runtime.accepted_length`: accepted drafts + the correction or bonus), acceptance at draft
+position i = the share of rounds that drafted >= i whose first i drafts were all accepted.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Sequence
 
+from infernix_jax.runtime.types import accepted_length
 from infernix_jax.train.corpus import constraint_of, framed_ids
 from infernix_jax.train.prompts import Prompt
 
@@ -41,7 +42,7 @@ def from_results(results, k: int, seconds: float) -> Acceptance:
     per_position.append(sum(r.accepted >= i for r in drafted) / len(drafted) if drafted
                         else 0.0)
   accepted = sum(r.accepted for r in rounds)
-  return Acceptance((accepted + len(rounds)) / max(len(rounds), 1), per_position, tokens,
+  return Acceptance(accepted_length(accepted, len(rounds)), per_position, tokens,
                     len(rounds), seconds, sum(1 for r in results if r.error))
 
 

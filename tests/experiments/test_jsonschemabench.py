@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.jsb_repro import paper
+from experiments.studies.jsonschemabench import paper
 from experiments.studies import jsonschemabench as jsb
 from tests.experiments import _configs, _tables
 

@@ -233,7 +233,7 @@ def test_faithful_engine_tv_and_accepted_length_intervals(tmp_path):
     emp = {k: texts.count(k) / len(texts) for k in star}
     return {"samples": 200, "complete": 200, "seconds_per_request": 0.1,
             "tv_to_star": faithful._tv(emp, star),
-            "accepted_length": faithful.tokens_per_round(rs)}
+            "accepted_length": decode.accepted_length(rs)}
 
   meas = {"cell": cell, "kind": "measurement", "overrides": {}, "nodes": 10, "members": 5,
           "strings": 3, "trie_seconds": 0.1, "law_cost": {"seconds": 1.0}, "tv_exact": 0.3,
@@ -247,8 +247,11 @@ def test_faithful_engine_tv_and_accepted_length_intervals(tmp_path):
   for col, law in zip((7, 8, 9), faithful.LAWS):
     point, _, _ = _bracketed(cols[col])
     assert point == pytest.approx(meas["runs"][law]["tv_to_star"], abs=5e-4)
+  # Accepted length: (accepted + rounds) / rounds = (200 + 700) / 700 per law, not output
+  # tokens / rounds (800 / 700): the requests' rounds alternate 3 and 4, one draft accepted.
   for col in (14, 15):
-    _bracketed(cols[col])
+    point, low, high = _bracketed(cols[col])
+    assert point == pytest.approx(900 / 700, abs=5e-3) and low <= point <= high
   assert "carry one over completed samples" in text
   # an older record without the whole μ*: the engine TV is the point alone
   old = {k: v for k, v in meas.items() if k != "star"}

@@ -56,7 +56,7 @@ def test_errors_name_law_tolerance(llm, options):
 def test_law_tolerance_on_a_real_label_set(llm):
   """A choice over 60 multi-token names (every tokenization counted): sampling within a 5%
   tolerance stops best first, certifies its bound, and outputs a member."""
-  from experiments.trie_repro.enum_sets import tool_names
+  from experiments.studies.trie.enum_sets import tool_names
   names = tool_names(60)
   out = llm.generate("Pick the tool to send a message.", choice=names, max_tokens=16,
                      sampling_law="exact-finite", temperature=1.0, seed=3, law_tolerance=0.05)

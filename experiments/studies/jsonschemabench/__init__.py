@@ -11,8 +11,8 @@ One cell = one (table, subset, backend):
               TBM), with a big vocabulary
 
 Backends: "xgrammar" (our exact checker, then xgrammar), "llguidance", "auto" (the engine's
-default resolution) and, for efficiency, "off". The measurements are
-`experiments/jsb_repro/measure.py`; the paper's figures `experiments/jsb_repro/paper.py`.
+default resolution) and, for efficiency, "off". Modules: `measure` (the measurements), `paper`
+(the published figures), `report` (the summary's tables, plots and sentences).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from experiments.runner import stats
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLES = ("coverage", "efficiency", "mask")
 NAN3 = (math.nan, math.nan, math.nan)
 
@@ -46,7 +46,7 @@ def units(c) -> int:
 
 
 def run_cell(c, ctx) -> Iterator[dict]:
-  from experiments.jsb_repro import measure
+  from experiments.studies.jsonschemabench import measure
 
   if c.table not in TABLES:
     raise ValueError(f"config.table={c.table!r}: known {', '.join(TABLES)}")
@@ -228,6 +228,6 @@ def headline(records, c) -> str:
 
 
 def summarize(records, c, out: Path) -> str:
-  from experiments.jsb_repro import report
+  from experiments.studies.jsonschemabench import report
 
   return report.summary(records, c, out)

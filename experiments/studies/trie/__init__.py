@@ -13,8 +13,10 @@ same process on the same vocabulary. One cell = one section of the study:
   extra         ICD-10-CM billable codes and the shared label sets
   gen           other tokenizer families at the generalization K values
 
-The measurement code is `experiments/trie_repro/measure.py`; the tables and plots are
-`experiments/trie_repro/report.py`.
+Modules: `measure` (the sections' measurements), `engines` (the trie and its peers behind one
+interface), `enum_sets` (the value sets), `vocabs` (the study vocabularies), `equivalence`
+(Proposition 1's random walks), `report` (tables and plots; also rebuilds
+docs/results/trie.md from the earlier layered runs in docs/results/trie/layered/).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ import numpy as np
 
 from experiments.runner import plots, stats
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+# How generated reports name the paper (markdown).
+PAPER = "*Trie Automata for Constrained Decoding over Large Finite Sets* (arXiv:2608.12574)"
 
 
 def units(c) -> int:
   """The section's work items (an engine on a set, a set on a vocabulary, a dispatch K)."""
-  from experiments.trie_repro import measure
+  from experiments.studies.trie import measure
 
   return measure.work_items(c, (ROOT / c.data_dir).resolve())
 
@@ -39,7 +43,7 @@ def units(c) -> int:
 def run_cell(c, ctx) -> Iterator[dict]:
   """The section's measurements, each work item's as soon as it is done, then a progress
   record (counted by the runner's bar, not stored)."""
-  from experiments.trie_repro import measure, vocabs
+  from experiments.studies.trie import measure, vocabs
 
   if c.section not in measure.SECTIONS:
     raise ValueError(f"section={c.section!r}: known {', '.join(measure.SECTIONS)}")
@@ -81,7 +85,7 @@ def headline(records, c) -> str:
 
 
 def summarize(records, c, out: Path) -> str:
-  from experiments.trie_repro import report
+  from experiments.studies.trie import report
 
   d, repeats = {}, {}
   for r in records:

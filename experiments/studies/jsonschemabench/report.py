@@ -7,7 +7,7 @@ import collections
 import math
 from pathlib import Path
 
-from experiments.jsb_repro import paper
+from experiments.studies.jsonschemabench import paper
 from experiments.runner import plots, stats
 
 BACKENDS = ("xgrammar", "llguidance", "auto")

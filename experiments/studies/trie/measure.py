@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from experiments.trie_repro import engines, enum_sets, vocabs
+from experiments.studies.trie import engines, enum_sets, vocabs
 
 SECTIONS = ("equivalence", "dispatch", "main", "extra", "gen")
 
@@ -29,7 +29,7 @@ def _extra_sets(cfg, data) -> dict[str, list[str]]:
 
 
 def _equivalence_sets(cfg, data) -> dict[str, list[str]]:
-  from experiments.trie_repro import equivalence as eq
+  from experiments.studies.trie import equivalence as eq
 
   sets = {"tools+extras": enum_sets.tool_names(300, seed=cfg.seed) + eq.EXTRAS}
   sets.update({k: v for k, v in enum_sets.label_sets(data).items() if k == "banking77"})
@@ -179,7 +179,7 @@ def _measure_engine(cfg, rec, base, vocab, values, name, trie_eng, paths, states
 
 def equivalence(cfg, rec, data) -> Iterator[str]:
   """Proposition 1 on each study vocabulary: random-walk mask comparison with XGrammar."""
-  from experiments.trie_repro import equivalence as eq
+  from experiments.studies.trie import equivalence as eq
 
   sets = _equivalence_sets(cfg, data)
   for vname in cfg.gen_vocabs:
