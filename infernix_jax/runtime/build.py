@@ -53,6 +53,7 @@ class EngineSpec:
   compile_cache: str | None = None  # JAX compile cache dir (None: default, "" disables)
   acceptance: str = "exact"  # exact | drop-illegal (the naive rule, for the exactness study)
   callback_rounds: int = 64  # rounds per compiled loop call of the callback bridge
+  device_rounds: int = 1  # stages: up to N rounds per dispatch while no lane needs the host
   plugins: tuple[str, ...] = ()  # modules imported first (they register drafters, backends)
 
   def __post_init__(self):
@@ -103,6 +104,7 @@ class EngineSpec:
     _integer("lanes", self.lanes, 1)
     _integer("capacity", self.capacity, 16)
     _integer("callback_rounds", self.callback_rounds, 1)
+    _integer("device_rounds", self.device_rounds, 1)
     _one_of("bridge", self.bridge, BRIDGES)
     _one_of("acceptance", self.acceptance, ACCEPTANCE_RULES)
     if self.dtype is not None:
@@ -284,7 +286,7 @@ def build_engine(spec: EngineSpec, *, target: Target | None = None,
                   capacity=spec.capacity, bridge=spec.bridge, masked_q=spec.masked_q,
                   compiler=compiler, callback_rounds=spec.callback_rounds, cfg=target.cfg,
                   device_automaton=spec.device_automaton, mesh=spec.device_mesh(),
-                  acceptance=spec.acceptance)
+                  acceptance=spec.acceptance, device_rounds=spec.device_rounds)
   return Assembly(spec=spec, engine=engine, target=target, drafter=drafter, compiler=compiler)
 
 
