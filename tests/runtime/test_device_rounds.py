@@ -71,8 +71,13 @@ def outcome(results, events):
            [(e.token_ids, e.finished) for e in events[r.request_id]]) for r in results]
 
 
-@pytest.mark.parametrize("name", ["none", "mtp", "draft-self"])
-@pytest.mark.parametrize("constrained", [False, True])
+SLOW = pytest.mark.slow  # make test only: the other cells cover the same paths
+
+
+@pytest.mark.parametrize("name,constrained", [
+    ("none", False), ("draft-self", True), pytest.param("none", True, marks=SLOW),
+    pytest.param("draft-self", False, marks=SLOW), pytest.param("mtp", False, marks=SLOW),
+    pytest.param("mtp", True, marks=SLOW)])
 def test_device_rounds_equal_host_rounds(name, constrained):
   base_events, loop_events = {}, {}
   base = engine(name, 1)
