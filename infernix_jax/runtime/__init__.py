@@ -11,7 +11,7 @@ drafter, ...)` directly is for engine unit tests over a model already in memory.
 from infernix_jax.runtime import drafters
 from infernix_jax.runtime.drafters import (Drafter, JumpForward, NGramDrafter, NoDrafter,
                                            Proposal)
-from infernix_jax.runtime._round import Timeline
+from infernix_jax.runtime._bridges import Timeline
 from infernix_jax.runtime.build import Assembly, EngineSpec, Target, build_engine, load_target
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.errors import (CapacityError, ConstraintDeadEnd, GenerationError,

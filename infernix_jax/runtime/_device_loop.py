@@ -33,7 +33,7 @@ import numpy as np
 
 from infernix_jax.pallas import OneHotQ
 from infernix_jax.pallas._types import FLAG_NONFINITE
-from infernix_jax.runtime import _round
+from infernix_jax.runtime import _bridges, _round
 from infernix_jax.runtime.drafters import DraftInput, Proposal
 
 
@@ -73,7 +73,7 @@ class Record:
   n: jax.Array
 
 
-class DeviceIO(_round.CallbackIO):
+class DeviceIO(_bridges.CallbackIO):
   """The round's executor inside the loop: device steps inline, the host's begin and commit
   on the device over `lanes` (set from the loop's carry before each traced round)."""
 

@@ -20,17 +20,17 @@ import jax
 import numpy as np
 
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _placement, _round
+from infernix_jax.runtime import _bridges, _placement, _round
 from infernix_jax.runtime.drafters import Proposal
 
 __all__ = ["WarmIO", "warm_callback", "warm_rounds"]
 
 
-class WarmIO(_round.StagesIO):
+class WarmIO(_bridges.StagesIO):
   """The stages bridge steered down one branch of the round on idle lanes.
 
   Args:
-    steps: the engine's `_round.HostCallbacks` (host and seed set).
+    steps: the engine's `_bridges.HostCallbacks` (host and seed set).
     placement: the engine's mesh placement, or None (one device).
     width: K', the drafts a host drafter's proposal holds (a device drafter proposes K).
     span: the attention span of the verify (None: the whole capacity).
@@ -87,7 +87,7 @@ def warm_rounds(host, rs: _round.RoundState, args: _round.RoundArgs, st: _round.
     laws: also Finish under a sampling-law bias, with and without masks (chain drafters).
     min_tokens: also the min_tokens EOS ban, with and without masks.
   """
-  steps = _round.HostCallbacks()
+  steps = _bridges.HostCallbacks()
   steps.host, steps.seed = host, np.asarray(args.seed)
   stats = collections.Counter(host.stats)
   plain = dict(masked=False, min_tokens=False)
@@ -113,7 +113,7 @@ def warm_callback(host, rs: _round.RoundState, args: _round.RoundArgs, st: _roun
                   rounds: int) -> _round.RoundState:
   """Compiles the callback bridge's loop by running it on idle lanes for one round."""
   stats = collections.Counter(host.stats)
-  rs = _round.run_callback(host, rs, args, st, rounds, stop_when=lambda: True)
+  rs = _bridges.run_callback(host, rs, args, st, rounds, stop_when=lambda: True)
   host.stats.clear()
   host.stats.update(stats)
   return rs

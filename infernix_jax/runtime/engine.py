@@ -14,8 +14,8 @@ import jax
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import (_deps, _device_loop, _round, _thinking, _warmup, compile_cache,
-                                  prefill)
+from infernix_jax.runtime import (_bridges, _deps, _device_loop, _round, _thinking, _warmup,
+                                  compile_cache, prefill)
 from infernix_jax.runtime._host import HostState
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
@@ -110,8 +110,8 @@ class Engine:
         cache=self._place.cache(_deps.kv_cache_init(self.cfg, lanes, capacity)), draft=draft)
     self._params = None  # (generation, SamplingParams, seeds): rebuilt when lanes change
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
-    # Set to a `_round.Timeline` to record the spans of `stages` rounds (overlap studies).
-    self.timeline: _round.Timeline | None = None
+    # Set to a `_bridges.Timeline` to record the spans of `stages` rounds (overlap studies).
+    self.timeline: _bridges.Timeline | None = None
     # What `warmup` has done on this engine (prompt buckets, round variants): a later call
     # (a study warms up before every cell) repeats none of it.
     self._warm_buckets: set[int] = set()
@@ -326,7 +326,7 @@ class Engine:
       self.stats["rounds"] += n
       self.stats["device_loops"] += 1
     elif self.bridge == "stages":
-      self._round_state = _round.run_stages(host, self._round_state, args, self._statics(),
+      self._round_state = _bridges.run_stages(host, self._round_state, args, self._statics(),
                                             self.timeline)
       self.stats["rounds"] += 1
     else:
@@ -338,7 +338,7 @@ class Engine:
         return ((freed and bool(host.waiting)) or not host.any_active()
                 or self._penalties_active() or bool(host.closes_due()))
 
-      self._round_state = _round.run_callback(host, self._round_state, args, self._statics(),
+      self._round_state = _bridges.run_callback(host, self._round_state, args, self._statics(),
                                               self.callback_rounds, stop_when)
       self.stats["rounds"] += rounds["n"]
     self.stats["round_seconds"] += time.perf_counter() - t0

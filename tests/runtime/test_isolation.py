@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from infernix_jax import constrain as ic
-from infernix_jax.runtime import _round, drafters
+from infernix_jax.runtime import _bridges, drafters
 from infernix_jax.runtime.engine import BRIDGES, Engine
 from infernix_jax.runtime.types import FinishReason, GenerationRequest, SamplingOptions
 from tests.constrain.conftest import qwen3_vocab  # noqa: F401  (fixture)
@@ -146,13 +146,13 @@ def test_only_drafts_cross_to_the_host(bridge, monkeypatch):
   the device, also for a sparse-q drafter under masked q), and an unconstrained batch never
   calls it; mask bytes counted are the bytes uploaded."""
   seen = []
-  real = _round.HostCallbacks.masks
+  real = _bridges.HostCallbacks.masks
 
   def spy(self, drafts, n):
     seen.append((np.shape(drafts), np.shape(n)))
     return real(self, drafts, n)
 
-  monkeypatch.setattr(_round.HostCallbacks, "masks", spy)
+  monkeypatch.setattr(_bridges.HostCallbacks, "masks", spy)
   cfg, model = h.tiny_model()
   d = drafters.create("dflash2", {"k": K, "weights": "random"}, target=(cfg, model))
   eng = Engine(model, h.toy_vocab(), d, lanes=LANES, capacity=32, bridge=bridge)

@@ -11,7 +11,7 @@ from infernix_jax import constrain as ic
 from infernix_jax.errors import ParameterError
 from infernix_jax.runtime import (Engine, GenerationRequest, JumpForward, NGramDrafter,
                                   SamplingOptions)
-from infernix_jax.runtime import _host, _round, trace
+from infernix_jax.runtime import _bridges, _host, trace
 from infernix_jax.runtime.errors import FeatureConflictError
 from infernix_jax.testing import exact_oracle as h
 
@@ -96,7 +96,7 @@ def test_tracing_does_not_change_the_output_and_untraced_rounds_skip_it(monkeypa
 
   def boom(*args, **kw):
     raise AssertionError("an untraced request entered the trace hook")
-  monkeypatch.setattr(_round.StagesIO, "trace", boom)
+  monkeypatch.setattr(_bridges.StagesIO, "trace", boom)
   monkeypatch.setattr(_host.HostState, "trace_round", boom)
   for name in ("begin", "device", "commit", "close", "to_json"):
     monkeypatch.setattr(trace.RequestTrace, name, boom)

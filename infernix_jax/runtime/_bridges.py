@@ -1,0 +1,454 @@
+"""The round's two host bridges: executors of `_round.run_round`.
+
+`StagesIO` runs host steps in Python between jitted device steps (the draft ids come back
+while the verify still runs: async dispatch gives the overlap); `CallbackIO` traces the same
+function inside one compiled `lax.while_loop` and reaches the host through `io_callback`.
+`HostCallbacks` are the host steps both call, over the engine's `HostState`; `Timeline`
+records a stages round's spans for overlap studies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from infernix_jax import mask_layout
+from infernix_jax.pallas import OneHotQ
+from infernix_jax.runtime import _placement, _round, _tree
+from infernix_jax.runtime import trace as _trace
+from infernix_jax.runtime._round import (_JIT, RoundArgs, RoundInputs, RoundState, RoundStatics,
+                                         advance_step, attention_span, automaton_step,
+                                         clear_step, logprobs_step, min_tokens_step,
+                                         propose_step, run_round, tree_automaton_step)
+from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
+
+
+class HostCallbacks:
+  """The host steps of a round over a `HostState`, as flat tuples of numpy arrays; on the
+  callback bridge it also holds a host drafter's state while a compiled loop runs."""
+
+  def __init__(self):
+    self.host = None  # the HostState of the engine running now (set before each call)
+    self.stop_when = None  # callable() -> bool: leave the compiled loop after this round
+    self.drafter = None  # the host drafter proposing inside a compiled loop
+    self.draft_state = None  # its state during that loop
+
+  def begin(self, token):
+    """Round inputs; `token` (the previous round's stop flag) only orders this callback
+    after that round's commit inside the compiled loop."""
+    h = self.host
+    inp = h.begin(self.seed)
+    nodes, rows = h.automaton_rows()
+    return RoundInputs(draft=inp, constrained=np.bool_(h.any_constrained()), nodes=nodes,
+                       trie_rows=rows, eos_block=h.eos_block())
+
+  def propose(self, inp):
+    """A host drafter's proposal inside the compiled loop -> (drafts i32[B, K], n i32[B]),
+    and parents i32[B, K] from a tree drafter."""
+    prop, self.draft_state = self.drafter.propose(None, self.draft_state, inp)
+    out = np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32)
+    if self.drafter.tree:
+      return (*out, np.asarray(prop.parents, np.int32))
+    return out
+
+  def advance(self, tokens, counts):
+    """A host drafter learns what the compiled loop's round committed."""
+    self.draft_state = self.drafter.advance(None, self.draft_state, Committed(tokens, counts))
+    return np.int32(0)
+
+  def clear(self, rows):
+    """A host drafter forgets lanes `rows` (bool[B]) that went non-finite in the loop."""
+    if np.asarray(rows).any():
+      self.draft_state = self.drafter.clear(self.draft_state, np.asarray(rows))
+    return np.int32(0)
+
+  def masks(self, drafts, n):
+    mask, states, enabled = self.host.masks(drafts, n)
+    return mask, np.asarray(states, np.int8), np.asarray(enabled, bool)
+
+  def tree_masks(self, drafts, parents, n, prune, budget):
+    drafts, parents, n, mask, states, enabled = self.host.tree_masks(drafts, parents, n, prune,
+                                                                     budget)
+    return (np.asarray(drafts, np.int32), np.asarray(parents, np.int32), np.asarray(n, np.int32),
+            mask, np.asarray(states, np.int8), np.asarray(enabled, bool))
+
+  def bias(self, drafts, n):
+    return self.host.bias(drafts, n)
+
+  def commit(self, accepted, tokens, flags, n):
+    committed, poisoned = self.host.commit(accepted, tokens, flags, n)
+    stop = self.stop_when() if self.stop_when is not None else False
+    return committed.tokens, committed.counts, poisoned, np.bool_(stop)
+
+
+class Timeline:
+  """Wall-clock spans of rounds on the `stages` bridge, for overlap studies.
+
+  Each span is (round, name, start, end) in `time.perf_counter` seconds. Names: "begin",
+  "commit" (host steps), "wait:<step>" (blocked reading device results before a host step),
+  "dispatch:<step>" (launching a device step; with `serial` it also waits for the result,
+  so the span is the step's device time), "propose" (a host drafter), "draft wait",
+  "lookahead", "upload".
+
+  Attributes:
+    serial: block after every device step (no overlap: the reference for what overlap hides).
+    spans: the recorded spans.
+  """
+
+  def __init__(self, serial: bool = False):
+    self.serial = serial
+    self.spans: list[tuple[int, str, float, float]] = []
+    self.round = 0
+
+  def add(self, name: str, start: float) -> None:
+    self.spans.append((self.round, name, start, time.perf_counter()))
+
+
+class StagesIO:
+  """Executes the round in Python: host steps directly, device steps as jitted stages."""
+
+  def __init__(self, steps: HostCallbacks, timeline: Timeline | None = None, placement=None):
+    self.steps, self.timeline, self.placement = steps, timeline, placement
+
+  def span(self, lengths, p, cache):
+    """Host lengths are known: attend over a bucketed span, not the whole capacity."""
+    return attention_span(lengths, p, cache.capacity)
+
+  def propose(self, drafter, params, state, inp):
+    """A device drafter's jitted propose step, or a host drafter's call on numpy inputs.
+
+    A host proposal verifies P' = K' + 1 positions, K' the least verified width that holds
+    its longest lane's drafts (`verified_width`: the anchors alone when nobody drafted):
+    on CPU a verify over B * P' rows costs far more at P' = K + 1 than at 1."""
+    if drafter.on_device:
+      return self.device(propose_step, drafter, params, state, inp)
+    t0 = time.perf_counter()
+    prop, state = drafter.propose(None, state, inp)
+    stats = self.steps.host.stats
+    stats["begin_seconds"] += time.perf_counter() - t0
+    if self.timeline is not None:
+      self.timeline.add("propose", t0)
+    parents = None if prop.parents is None else np.asarray(prop.parents, np.int32)
+    prop = Proposal(np.asarray(prop.drafts, np.int32), np.asarray(prop.n, np.int32), OneHotQ(),
+                    parents)
+    width = _round.verified_width(drafter, int(np.max(prop.n, initial=0)))
+    if width < prop.drafts.shape[1]:  # padding past a lane's n is never accepted
+      stats["narrowed_rounds"] += 1
+      stats["anchor_only_rounds"] += width == 0
+      prop = dataclasses.replace(prop, drafts=prop.drafts[:, :width],
+                                 parents=None if parents is None else parents[:, :width])
+    return prop, state
+
+  def traced(self) -> bool:
+    return self.steps.host.any_traced()
+
+  def logprobs_top(self) -> int | None:
+    return self.steps.host.logprobs_top()
+
+  def logprobs(self, logits, mask, enabled, tokens, params, bias, top, st):
+    """The round's logprobs step (device), read back for the commit step's lanes."""
+    t0 = time.perf_counter()
+    out = self.device(logprobs_step, logits, mask, enabled, tokens, params, bias,
+                      vocab_size=st.vocab_size, top=top)
+    self.steps.host.round_logprobs = jax.device_get(out)
+    self.steps.host.stats["logprobs_seconds"] += time.perf_counter() - t0
+
+  def trace(self, logits, mask, states, enabled, prop, args, inp, bias, st):
+    """The round's trace step (device), read back for the traced lanes' records."""
+    t0 = time.perf_counter()
+    arrays = self.device(_trace.trace_step, logits, mask, states, enabled, prop, args.params,
+                         inp.seed, inp.position, bias, vocab_size=st.vocab_size,
+                         masked_q=st.masked_q and st.drafter.sampling)
+    proposed, n, arrays = jax.device_get((prop.drafts, prop.n, arrays))
+    self.steps.host.trace_round(np.asarray(proposed), np.asarray(n), arrays)
+    self.steps.host.stats["trace_seconds"] += time.perf_counter() - t0
+
+  def advance(self, drafter, params, state, tokens, counts, hidden):
+    if drafter.on_device:
+      return self.device(advance_step, drafter, params, state, tokens, counts, hidden)
+    tokens, counts = jax.device_get((tokens, counts))
+    return drafter.advance(None, state, Committed(tokens, counts))
+
+  def host(self, name, *args):
+    tl = self.timeline
+    if tl is None:
+      return getattr(self.steps, name)(*jax.device_get(args))
+    t0 = time.perf_counter()
+    args = jax.device_get(args)
+    tl.add(f"wait:{name}", t0)
+    t0 = time.perf_counter()
+    out = getattr(self.steps, name)(*args)
+    tl.add(name, t0)
+    return out
+
+  def device(self, fn, *args, **static):
+    if self.placement is not None:  # host arrays [B, ...] go to the mesh with lanes on "data"
+      args = self.placement.rows(args)
+    else:
+      args = _placement.host_copies(args)
+    tl = self.timeline
+    if tl is None:
+      return _JIT[fn](*args, **static)
+    t0 = time.perf_counter()
+    out = _JIT[fn](*args, **static)
+    if tl.serial:
+      jax.block_until_ready(out)
+    tl.add(f"dispatch:{fn.__name__.removesuffix('_step')}", t0)
+    return out
+
+  def masks(self, constrained, drafts, n):
+    if not constrained:  # no constrained lane: no host wait, no upload, no mask read
+      return None, None, None
+    tl = self.timeline
+    t0 = time.perf_counter()
+    drafts, n = jax.device_get((drafts, n))  # waits for the proposal only, not the verify
+    self.steps.host.stats["draft_wait_seconds"] += time.perf_counter() - t0
+    if tl is not None:
+      tl.add("draft wait", t0)
+    t0 = time.perf_counter()
+    mask, states, enabled = self.steps.masks(drafts, n)
+    if tl is not None:
+      tl.add("lookahead", t0)
+    t0 = time.perf_counter()
+    out = _placement.upload((mask, states, enabled), self.placement)  # a transfer, no compile
+    if tl is not None:
+      if tl.serial:
+        jax.block_until_ready(out)
+      tl.add("upload", t0)
+    return out
+
+  def tree_masks(self, constrained, prop, masked_q, budget):
+    """Every node's mask (host walk), illegal nodes pruned under masked q, the best `budget`
+    nodes kept, before the verify; (prop, None, None, None) when no lane is host-constrained
+    (its first `budget` nodes kept)."""
+    if not constrained:
+      return _tree.truncate(prop, budget), None, None, None
+    t0 = time.perf_counter()
+    drafts, parents, n = jax.device_get((prop.drafts, prop.parents, prop.n))
+    drafts, parents, n, mask, states, enabled = self.steps.host.tree_masks(drafts, parents, n,
+                                                                          masked_q, budget)
+    if self.timeline is not None:
+      self.timeline.add("lookahead", t0)
+    prop = dataclasses.replace(prop, drafts=drafts, parents=parents, n=n)
+    return (prop, *_placement.upload((mask, states, enabled), self.placement))
+
+  def tree_automaton(self, auto, nodes, rows, prop, mask, states, enabled):
+    if not np.asarray(rows).any():
+      return mask, states, enabled
+    return self.device(tree_automaton_step, auto, nodes, rows, prop.drafts, prop.parents,
+                       prop.n, mask, states, enabled)
+
+  def bias(self, drafts, n):
+    """The sampling-law bias; None (nothing uploaded) when every lane samples the local law."""
+    if not self.steps.host.any_law():
+      return None
+    drafts, n = jax.device_get((drafts, n))
+    t0 = time.perf_counter()
+    out = self.steps.bias(drafts, n)
+    if self.timeline is not None:
+      self.timeline.add("bias", t0)
+    return _placement.upload(out, self.placement)
+
+  def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
+    if not np.asarray(rows).any():
+      return mask, states, enabled
+    return self.device(automaton_step, auto, nodes, rows, drafts, n, mask, states, enabled)
+
+  def min_tokens(self, eos_block, p, mask, states, enabled, st, depth=None):
+    """The min_tokens ban; nothing runs (and no mask is built) while no lane needs it."""
+    if not np.any(np.asarray(eos_block) > 0):
+      return mask, states, enabled
+    return self.device(min_tokens_step, mask, states, enabled, eos_block, depth, positions=p,
+                       vocab_size=st.vocab_size, eos_ids=st.eos_ids)
+
+  def clear(self, rows, drafter, cache, state):
+    rows = np.asarray(rows)
+    if not rows.any():
+      return cache, state
+    if drafter.on_device:
+      return self.device(clear_step, drafter, cache, state, rows)
+    cache, _ = self.device(clear_step, drafter, cache, None, rows)
+    return cache, drafter.clear(state, rows)
+
+
+def _host_call(fn, shapes, *args, **kwargs):
+  """`io_callback(fn, shapes, *args)` with `fn` seeing numpy arrays: io_callback hands the
+  host JAX arrays, and host code indexing those compiles small programs on first use."""
+  return io_callback(lambda *a: fn(*jax.tree.map(np.asarray, a)), shapes, *args, **kwargs)
+
+
+class CallbackIO:
+  """Traces the round: host steps through `io_callback`, device steps inline."""
+
+  def __init__(self, steps: HostCallbacks, shapes: dict):
+    self.steps, self.shapes = steps, shapes
+
+  def span(self, lengths, p, cache):
+    return None  # traced lengths: one compiled loop attends over the whole capacity
+
+  def traced(self) -> bool:
+    return False  # the engine refuses traced requests on this bridge (submit)
+
+  def logprobs_top(self) -> None:
+    return None  # the engine refuses logprobs requests on this bridge (submit)
+
+  def propose(self, drafter, params, state, inp):
+    """Device drafters inline; host drafters through a callback on the steps' own state
+    (traced shapes: the compiled loop always verifies K + 1 positions)."""
+    if drafter.on_device:
+      return propose_step(drafter, params, state, inp)
+    if drafter.tree:
+      drafts, n, parents = _host_call(self.steps.propose, self.shapes["propose_tree"], inp,
+                                       ordered=True)
+      return Proposal(drafts, n, OneHotQ(), parents), state
+    drafts, n = _host_call(self.steps.propose, self.shapes["propose"], inp, ordered=True)
+    return Proposal(drafts, n, OneHotQ()), state
+
+  def advance(self, drafter, params, state, tokens, counts, hidden):
+    if drafter.on_device:
+      return advance_step(drafter, params, state, tokens, counts, hidden)
+    _host_call(self.steps.advance, self.shapes["advance"], tokens, counts, ordered=True)
+    return state
+
+  def host(self, name, *args):
+    return _host_call(getattr(self.steps, name), self.shapes[name], *args)
+
+  def device(self, fn, *args, **static):
+    return fn(*args, **static)
+
+  def masks(self, constrained, drafts, n):
+    shapes = self.shapes["masks"]
+
+    def fill(drafts, n):
+      return _host_call(self.steps.masks, shapes, drafts, n)
+
+    def skip(drafts, n):  # nothing crosses when no lane is constrained
+      return (jnp.zeros(shapes[0].shape, jnp.int32),
+              jnp.full(shapes[1].shape, mask_layout.UNREACHABLE, jnp.int8),
+              jnp.zeros(shapes[2].shape, bool))
+
+    return jax.lax.cond(constrained, fill, skip, drafts, n)
+
+  def bias(self, drafts, n):
+    return None  # the engine refuses other sampling laws on this bridge (submit)
+
+  def automaton(self, auto, nodes, rows, drafts, n, mask, states, enabled):
+    if auto is None:  # no trie lane when the loop started (none can join inside it)
+      return mask, states, enabled
+    return automaton_step(auto, nodes, rows, drafts, n, mask, states, enabled)
+
+  def min_tokens(self, eos_block, p, mask, states, enabled, st, depth=None):
+    """The min_tokens ban, traced (it leaves lanes without a ban unchanged)."""
+    if not st.eos_ids:
+      return mask, states, enabled
+    return min_tokens_step(mask, states, enabled, eos_block, depth, positions=p,
+                           vocab_size=st.vocab_size, eos_ids=st.eos_ids)
+
+  def tree_masks(self, constrained, prop, masked_q, budget):
+    """Every node's mask through one callback (fixed shapes: pruned nodes leave padding);
+    the best `budget` nodes are kept."""
+    shapes = self.shapes["tree_masks"]
+
+    def fill(drafts, parents, n):
+      return _host_call(functools.partial(self.steps.tree_masks, prune=masked_q,
+                                          budget=budget), shapes, drafts, parents, n)
+
+    def skip(drafts, parents, n):
+      cut = _tree.truncate(Proposal(drafts, n, None, parents), budget)
+      return (cut.drafts, cut.parents, cut.n, jnp.zeros(shapes[3].shape, jnp.int32),
+              jnp.full(shapes[4].shape, mask_layout.UNREACHABLE, jnp.int8),
+              jnp.zeros(shapes[5].shape, bool))
+
+    drafts, parents, n, mask, states, enabled = jax.lax.cond(constrained, fill, skip,
+                                                             prop.drafts, prop.parents, prop.n)
+    return dataclasses.replace(prop, drafts=drafts, parents=parents, n=n), mask, states, enabled
+
+  def tree_automaton(self, auto, nodes, rows, prop, mask, states, enabled):
+    if auto is None:
+      return mask, states, enabled
+    return tree_automaton_step(auto, nodes, rows, prop.drafts, prop.parents, prop.n, mask,
+                               states, enabled)
+
+  def clear(self, rows, drafter, cache, state):
+    if not drafter.on_device:
+      _host_call(self.steps.clear, self.shapes["advance"], rows, ordered=True)
+    return jax.lax.cond(rows.any(), lambda c, d: clear_step(drafter, c, d, rows),
+                        lambda c, d: (c, d), cache, state)
+
+
+def _shapes(b: int, k: int, w: int, c: int) -> dict:
+  """Callback result shapes: B lanes, K drafts, W mask words, C tree candidates (>= K)."""
+  i32, s = jnp.int32, jax.ShapeDtypeStruct
+  p = k + 1
+  lane = s((b,), i32)
+  draft = DraftInput(anchor=lane, lengths=lane, seed=s((b,), jnp.uint32), position=lane,
+                     limit=lane, forced=s((b, k), i32), n_forced=lane)
+  return {
+      "begin": RoundInputs(draft=draft, constrained=s((), jnp.bool_), nodes=lane,
+                           trie_rows=s((b,), jnp.bool_), eos_block=lane),
+      "propose": (s((b, k), i32), lane),
+      "propose_tree": (s((b, c), i32), lane, s((b, c), i32)),
+      "tree_masks": (s((b, k), i32), s((b, k), i32), lane, s((b, p, w), i32),
+                     s((b, p), jnp.int8), s((b,), jnp.bool_)),
+      "advance": s((), i32),
+      "masks": (s((b, p, w), i32), s((b, p), jnp.int8), s((b,), jnp.bool_)),
+      "commit": (s((b, p), i32), s((b,), i32), s((b,), jnp.bool_), s((), jnp.bool_)),
+  }
+
+
+@functools.partial(jax.jit, static_argnames=("io", "st", "rounds"), donate_argnames=("rs",))
+def _loop(rs: RoundState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics, rounds: int):
+  def body(carry):
+    i, stop, rs = carry
+    rs, stop = run_round(io, rs, args, stop, st)
+    return i + 1, stop, rs
+
+  def cond(carry):
+    i, stop, _ = carry
+    return (i < rounds) & ~stop
+
+  _, _, rs = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(False), rs))
+  return rs
+
+
+_CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before each call
+
+
+def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
+               timeline: Timeline | None = None) -> RoundState:
+  """One round on the `stages` bridge (spans recorded into `timeline` when given)."""
+  steps = HostCallbacks()
+  steps.host, steps.seed = host, np.asarray(args.seed)
+  rs, _ = run_round(StagesIO(steps, timeline, st.placement), rs, args, None, st)
+  if timeline is not None:
+    jax.block_until_ready(rs)
+    timeline.round += 1
+  return rs
+
+
+def run_callback(host, rs: RoundState, args: RoundArgs, st: RoundStatics, rounds: int,
+                 stop_when) -> RoundState:
+  """Up to `rounds` rounds in one compiled loop on the `callback` bridge. A host drafter's
+  state leaves the traced carry for the loop's duration: its callbacks keep it."""
+  key = (st.lanes, st.drafter.k, st.words, st.drafter.candidates)
+  io = _CALLBACK_IO.get(key)
+  if io is None:
+    io = _CALLBACK_IO[key] = CallbackIO(HostCallbacks(), _shapes(*key))
+  steps = io.steps
+  steps.host, steps.seed, steps.stop_when = host, np.asarray(args.seed), stop_when
+  on_host = not st.drafter.on_device
+  if on_host:
+    steps.drafter, steps.draft_state = st.drafter, rs.draft
+    rs = RoundState(rs.cache, None)
+  rs = _loop(rs, args, io=io, st=st, rounds=rounds)
+  jax.block_until_ready(rs)
+  if on_host:
+    rs = RoundState(rs.cache, steps.draft_state)
+    steps.drafter = steps.draft_state = None
+  return rs
