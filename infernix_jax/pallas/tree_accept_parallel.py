@@ -20,6 +20,13 @@ arithmetic for every quantity a decision reads. What changes is the order of wor
    strict ancestor stopped the row (DeadEnd, Unreachable, a flagged position).
 3. One Gumbel draw per row at its stopping node: from the residual left by its rejected
    children, else from p there (the bonus); the reference draws both at every node.
+
+One limit of "token for token": a later sibling's scale S_j is a float sum over the
+vocabulary, and XLA may order that sum differently in two programs at large Vm (on CPU the
+two differ in the last bit at Vm = 151936, not at Vm <= 32000). A later sibling whose uniform
+lands within that last bit of its threshold can then go the other way (about 1e-7 per such
+test). First children, greedy rows and the one-hot draws read no such sum; a dense
+proposal's residual does (R - S q), where a last-bit change moves the draw only at a near tie.
 """
 
 from __future__ import annotations
