@@ -16,9 +16,9 @@ and that path at a size, the kernel runs.
 
 Overrides: per call `impl="kernel" | "reference" | "interpret" | "one_residual"` (or "auto":
 the table; "one_residual" only for the two acceptance ops), or process-wide the environment
-variable `INFERNIX_PALLAS_IMPL` (same values) for the Pallas ops. The CPU kernels of the models (op "cpu_kernels", `models/cpu_kernels.py`) go through
-`choose` too, with their own overrides (`INFERNIX_JAX_CPU_KERNELS=0`,
-`cpu_kernels.disabled()`).
+variable `INFERNIX_PALLAS_IMPL` (same values) for the Pallas ops. The CPU kernels of the
+models (op "cpu_kernels", `models/cpu_kernels.py`) go through `choose` too, with their own
+overrides (`INFERNIX_JAX_CPU_KERNELS=0`, `cpu_kernels.disabled()`).
 """
 
 from __future__ import annotations
@@ -154,12 +154,16 @@ def resolve_impl(impl: str | None = None, op: str | None = None,
                  size: int | None = None) -> str:
   """'kernel', 'reference', 'interpret' or 'one_residual' for a Pallas op at `size`: the
   `impl` argument, else `INFERNIX_PALLAS_IMPL`, else the table. Without `op`: the override,
-  else "reference" (what every op runs where the table lists nothing)."""
+  else "reference" (what every op runs where the table lists nothing). The environment's
+  "one_residual" applies to the ops that have that path; the others follow the table."""
+  from_env = not impl
   impl = impl or os.environ.get(ENV_IMPL, "auto")
   if impl not in _IMPLS:
     raise ValueError(f"{impl=} must be one of {_IMPLS} (argument or {ENV_IMPL})")
   if op is None:
     return "reference" if impl == "auto" else impl
+  if from_env and impl == "one_residual" and op not in _ONE_RESIDUAL:
+    impl = "auto"
   return choose(op, size, impl)
 
 

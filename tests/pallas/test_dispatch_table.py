@@ -219,6 +219,17 @@ def test_the_one_residual_paths_follow_their_own_entries():
       "tree_accept_one_residual": [[8, 8]]}
 
 
+def test_the_environment_asks_for_the_one_residual_paths(monkeypatch):
+  """INFERNIX_PALLAS_IMPL=one_residual: the acceptance ops take that path, masked_sample (which
+  has none) follows the table; as an argument it is refused for masked_sample."""
+  monkeypatch.setenv(dispatch.ENV_IMPL, "one_residual")
+  assert [ip.resolve_impl(None, op, 8) for op in ("spec_accept", "tree_accept")] == [
+      "one_residual", "one_residual"]
+  assert ip.resolve_impl(None, "masked_sample", 8) == "reference"
+  with pytest.raises(ValueError, match="not of masked_sample"):
+    ip.resolve_impl("one_residual", "masked_sample", 8)
+
+
 def _small_trees(rows, rng):
   v, vm, t = 12, 16, 4
   logits = rng.normal(size=(rows, t, vm)).astype(np.float32) * 2
