@@ -144,6 +144,8 @@ SLOW_TESTS = {
     "pallas/test_masked_sample_split.py": "the split kernel in interpret mode over a parameter "
                                           "product",
     "pallas/test_spec_accept_one_residual.py": "compiles per q kind, K and dtype",
+    "pallas/test_tree_accept_one_residual.py": "compiles per q kind and vocabulary; refines "
+                                               "random trees with the reference",
     "models/test_sharded_checkpoints.py::test_streamed_model_equals_whole_file_assembly":
         "a model built, written and loaded per layout case",
 }

@@ -8,11 +8,17 @@ reference: inclusive ranges `[lo, hi]` (hi null: no bound) of the op's size (row
 table does not list runs the reference. `write_table` writes a device kind's entry from
 measurements (the GPU check calls it).
 
-Overrides: per call `impl="kernel" | "reference" | "interpret"` (or "auto": the table), or
-process-wide the environment variable `INFERNIX_PALLAS_IMPL` (same values) for the Pallas
-ops. The CPU kernels of the models (op "cpu_kernels", `models/cpu_kernels.py`) go through
-`choose` too, with their own overrides (`INFERNIX_JAX_CPU_KERNELS=0`,
-`cpu_kernels.disabled()`).
+`spec_accept` and `tree_accept` have a second jnp path, `one_residual` (every position's
+statistics in parallel, one residual draw per row; the same results token for token). It is
+chosen like a kernel, from the entries `spec_accept_one_residual` / `tree_accept_one_residual`:
+the sizes where it measured faster than the reference. Where the table lists both the kernel
+and that path at a size, the kernel runs.
+
+Overrides: per call `impl="kernel" | "reference" | "interpret" | "one_residual"` (or "auto":
+the table; "one_residual" only for the two acceptance ops), or process-wide the environment
+variable `INFERNIX_PALLAS_IMPL` (same values) for the Pallas ops. The CPU kernels of the
+models (op "cpu_kernels", `models/cpu_kernels.py`) go through `choose` too, with their own
+overrides (`INFERNIX_JAX_CPU_KERNELS=0`, `cpu_kernels.disabled()`).
 """
 
 from __future__ import annotations
@@ -30,13 +36,16 @@ import jax
 from infernix_jax.pallas import masked_sample as _ms
 from infernix_jax.pallas import spec_accept as _sa
 from infernix_jax.pallas import tree_accept as _ta
+from infernix_jax.pallas import tree_accept_parallel as _tp
 from infernix_jax.pallas._types import PURPOSE_SAMPLE, SamplingParams
 
 ENV_IMPL = "INFERNIX_PALLAS_IMPL"
 ENV_TABLE = "INFERNIX_JAX_DISPATCH_TABLE"
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
-OPS = ("masked_sample", "spec_accept", "tree_accept", "cpu_kernels")
-_IMPLS = ("auto", "kernel", "reference", "interpret")
+OPS = ("masked_sample", "spec_accept", "tree_accept", "spec_accept_one_residual",
+       "tree_accept_one_residual", "cpu_kernels")
+_IMPLS = ("auto", "kernel", "reference", "interpret", "one_residual")
+_ONE_RESIDUAL = ("spec_accept", "tree_accept")  # ops with the one-residual jnp path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,11 +122,13 @@ def device_kind() -> str:
 
 def choose(op: str, size: int | None = None, impl: str | None = None, *,
            table: Table | None = None, kind: str | None = None) -> str:
-  """'kernel', 'reference' or 'interpret' for `op` at `size` (None: every size).
+  """'kernel', 'reference', 'interpret' or 'one_residual' for `op` at `size` (None: every
+  size).
 
   Args:
     op: one of OPS. size: the op's size (rows R or lanes B).
-    impl: an override ("kernel", "reference", "interpret"); None or "auto": the table.
+    impl: an override ("kernel", "reference", "interpret", "one_residual" for spec_accept and
+      tree_accept); None or "auto": the table.
     table: the table (default: `default_table()`). kind: the device kind (default: this
       process's first device).
   """
@@ -126,22 +137,33 @@ def choose(op: str, size: int | None = None, impl: str | None = None, *,
   impl = impl or "auto"
   if impl not in _IMPLS:
     raise ValueError(f"{impl=} must be one of {_IMPLS}")
+  if impl == "one_residual" and op not in _ONE_RESIDUAL:
+    raise ValueError(f"{impl=} is a path of {' and '.join(_ONE_RESIDUAL)} only, not of {op}")
   if impl != "auto":
     return impl
   table = table or default_table()
-  return "kernel" if table.use_kernel(kind or device_kind(), op, size) else "reference"
+  kind = kind or device_kind()
+  if table.use_kernel(kind, op, size):
+    return "kernel"
+  if op in _ONE_RESIDUAL and table.use_kernel(kind, f"{op}_one_residual", size):
+    return "one_residual"
+  return "reference"
 
 
 def resolve_impl(impl: str | None = None, op: str | None = None,
                  size: int | None = None) -> str:
-  """'kernel', 'reference' or 'interpret' for a Pallas op at `size`: the `impl` argument,
-  else `INFERNIX_PALLAS_IMPL`, else the table. Without `op`: the override, else "reference"
-  (what every op runs where the table lists nothing)."""
+  """'kernel', 'reference', 'interpret' or 'one_residual' for a Pallas op at `size`: the
+  `impl` argument, else `INFERNIX_PALLAS_IMPL`, else the table. Without `op`: the override,
+  else "reference" (what every op runs where the table lists nothing). The environment's
+  "one_residual" applies to the ops that have that path; the others follow the table."""
+  from_env = not impl
   impl = impl or os.environ.get(ENV_IMPL, "auto")
   if impl not in _IMPLS:
     raise ValueError(f"{impl=} must be one of {_IMPLS} (argument or {ENV_IMPL})")
   if op is None:
     return "reference" if impl == "auto" else impl
+  if from_env and impl == "one_residual" and op not in _ONE_RESIDUAL:
+    impl = "auto"
   return choose(op, size, impl)
 
 
@@ -237,6 +259,10 @@ def spec_accept(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
     return _sa.spec_accept_reference(logits, mask, mask_enabled, states, drafts, n_drafts, q,
                                      params, seed, position, vocab_size=vocab_size,
                                      purpose=purpose)
+  if impl == "one_residual":
+    return _sa.spec_accept_one_residual(logits, mask, mask_enabled, states, drafts, n_drafts,
+                                        q, params, seed, position, vocab_size=vocab_size,
+                                        purpose=purpose)
   return _sa.spec_accept_kernel(logits, mask, mask_enabled, states, drafts, n_drafts, q, params,
                                 seed, position, vocab_size=vocab_size, purpose=purpose,
                                 interpret=impl == "interpret")
@@ -255,6 +281,10 @@ def tree_accept(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q,
     return _ta.tree_accept_reference(logits, mask, mask_enabled, states, tokens, parents,
                                      n_nodes, q, params, seed, position, vocab_size=vocab_size,
                                      purpose=purpose)
+  if impl == "one_residual":
+    return _tp.tree_accept_one_residual(logits, mask, mask_enabled, states, tokens, parents,
+                                        n_nodes, q, params, seed, position,
+                                        vocab_size=vocab_size, purpose=purpose)
   return _ta.tree_accept_kernel(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q,
                                 params, seed, position, vocab_size=vocab_size, purpose=purpose,
                                 interpret=impl == "interpret")

@@ -128,14 +128,27 @@ def _prepared(logits, params, tokens, shape):
   return _prepare_logits(logits.reshape(b * t, vm), rp, extra), rp
 
 
-@functools.partial(jax.jit, static_argnames=["vocab_size", "purpose"])
-def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q, params,
-                      seed, position, naive, *, vocab_size: int, purpose: int):
-  """Both rules in one program (``naive`` a traced bool: one compile serves the tests of
-  both; the rule is a select between two gathers, no conditional)."""
+class Nodes(NamedTuple):
+  """Every node's statistics, computed for all nodes at once (both tree rules read them)."""
+  shape: TreeShape
+  s: _sampling.Support   # [B * T] rows: the masked, processed target law at each node
+  key: jax.Array         # u32[B, T]: Gumbel stream key of the draws at each node
+  greedy: jax.Array      # i32[B, T]
+  sampling: jax.Array    # bool[B]: temperature > 0
+  probs: jax.Array       # f32[B, T, Vm]: target p at each node
+  u: jax.Array           # f32[B, T]: acceptance uniform of each node (as its parent's child)
+  q_d: jax.Array         # f32[B, T]: q of each node's own token
+  legal_d: jax.Array     # bool[B, T]: the node's token is in [0, V)
+  dead: jax.Array        # bool[B, T]: DeadEnd position of a constrained row
+  unreach: jax.Array     # bool[B, T]: Unreachable position of a constrained row
+  pflags: jax.Array      # i32[B, T]: FLAG_NONFINITE / FLAG_EMPTY of each position
+
+
+def node_stats(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q, params, seed,
+               position, *, vocab_size: int, purpose: int) -> Nodes:
+  """Checks the inputs and computes every node's statistics (tokens i32)."""
   b, t, vm = _check(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q,
                     vocab_size)
-  tokens = tokens.astype(jnp.int32)
   shape = tree_shape(parents, n_nodes)
   if mask is None:
     mask = jnp.zeros((b, t, 1), jnp.int32)
@@ -147,32 +160,40 @@ def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nod
                         rp.min_p)
   pos = position[:, None] + shape.depth                                        # [B, T]
   key = rng.stream_key(seed[:, None], pos, purpose)                            # [B, T]
-  draw = _sampling.gumbel_argmax(s.zt, s.cand, key.reshape(-1)).reshape(b, t)  # bonus draws
-  greedy = s.greedy.reshape(b, t)
-  sampling = params.temperature > 0
   probs = _sampling.probabilities(s, rp.temperature).reshape(b, t, vm)
-
-  # Acceptance of every node given its earlier siblings rejected (the only way it is tested):
-  # r_0 = p_c, r_{j+1} = norm(max(r_j - q_j, 0)), kept unnormalised as R_j = S_j r_j with
-  # S_0 = 1 exactly, so the first child repeats the chain's arithmetic bit for bit.
-  par = shape.parent
   u = rng.uniform(seed[:, None], pos - 1, purpose, sibling_counter(shape.rank))  # [B, T]
-  q_dense = _dense_q(q, tokens, vm)                                            # [B, T, Vm]
-  q_d = _q_of_draft(q, tokens, vm)                                             # [B, T]
-  legal_d = (tokens >= 0) & (tokens < vocab_size)
+  st = states.astype(jnp.int32)
+  return Nodes(shape, s, key, s.greedy.reshape(b, t), params.temperature > 0, probs, u,
+               _q_of_draft(q, tokens, vm), (tokens >= 0) & (tokens < vocab_size),
+               mask_enabled[:, None] & (st == int(DEAD_END)),
+               mask_enabled[:, None] & (st == int(UNREACHABLE)), s.flags.reshape(b, t))
+
+
+def sibling_residuals(nodes: Nodes, tokens, q_dense, naive):
+  """Acceptance of every node given its earlier siblings rejected (the only way it is
+  tested), node by node in index order: r_0 = p_c, r_{j+1} = norm(max(r_j - q_j, 0)), kept
+  unnormalised as R_j = S_j r_j with S_0 = 1 exactly, so the first child repeats the chain's
+  arithmetic bit for bit. The naive rule tests every sibling against p_c and keeps the last
+  rejection's residual.
+
+  Returns:
+    (res f32[B, T, Vm]: each node's residual after all its children, acc bool[B, T]).
+  """
+  b, t, vm = nodes.probs.shape
+  par, probs, greedy, sampling = nodes.shape.parent, nodes.probs, nodes.greedy, nodes.sampling
   rows = jnp.arange(b)
 
   def body(i, carry):
     res, tot, acc = carry
     c = jnp.maximum(par[:, i], 0)
     child = par[:, i] >= 0
-    # The naive rule tests every sibling against p_c and keeps the last rejection's residual.
     r = jnp.where(naive, probs[rows, c], res[rows, c])
     sc = jnp.where(naive, jnp.float32(1.0), tot[rows, c])
     d = tokens[:, i]
-    r_d = jnp.where(legal_d[:, i], jnp.take_along_axis(
+    r_d = jnp.where(nodes.legal_d[:, i], jnp.take_along_axis(
         r, jnp.clip(d, 0, vm - 1)[:, None], -1)[:, 0], 0.0)
-    ok = jnp.where(sampling, u[:, i] * q_d[:, i] * sc < r_d, d == greedy[rows, c])
+    ok = jnp.where(sampling, nodes.u[:, i] * nodes.q_d[:, i] * sc < r_d,
+                   d == greedy[rows, c])
     new = jnp.maximum(r - sc[:, None] * q_dense[:, i], 0.0)                    # [B, Vm]
     res = res.at[rows, c].set(jnp.where(child[:, None], new, res[rows, c]))
     tot = tot.at[rows, c].set(jnp.where(child, jnp.sum(new, -1), tot[rows, c]))
@@ -180,6 +201,22 @@ def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nod
 
   res, _, acc = jax.lax.fori_loop(
       1, t, body, (probs, jnp.ones((b, t), jnp.float32), jnp.zeros((b, t), bool)))
+  return res, acc
+
+
+@functools.partial(jax.jit, static_argnames=["vocab_size", "purpose"])
+def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q, params,
+                      seed, position, naive, *, vocab_size: int, purpose: int):
+  """Both rules in one program (``naive`` a traced bool: one compile serves the tests of
+  both; the rule is a select between two gathers, no conditional)."""
+  tokens = tokens.astype(jnp.int32)
+  nodes = node_stats(logits, mask, mask_enabled, states, tokens, parents, n_nodes, q, params,
+                     seed, position, vocab_size=vocab_size, purpose=purpose)
+  b, t, vm = nodes.probs.shape
+  s, key, greedy, sampling = nodes.s, nodes.key, nodes.greedy, nodes.sampling
+  draw = _sampling.gumbel_argmax(s.zt, s.cand, key.reshape(-1)).reshape(b, t)  # bonus draws
+  par = nodes.shape.parent
+  res, acc = sibling_residuals(nodes, tokens, _dense_q(q, tokens, vm), naive)
 
   # Every child rejected: a draw from the final residual (the draw from p_c if it is zero).
   ok = res > 0
@@ -194,10 +231,7 @@ def _accept_reference(logits, mask, mask_enabled, states, tokens, parents, n_nod
   nxt = jnp.where(nxt < t, nxt, -1)                                            # [B, T]
 
   # Walk from the root along the accepted children.
-  st = states.astype(jnp.int32)
-  dead = mask_enabled[:, None] & (st == int(DEAD_END))
-  unreach = mask_enabled[:, None] & (st == int(UNREACHABLE))
-  pflags = s.flags.reshape(b, t)
+  dead, unreach, pflags = nodes.dead, nodes.unreach, nodes.pflags
   at = lambda x, c: jnp.take_along_axis(x, c[:, None], -1)[:, 0]
 
   def walk(_, carry):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -195,3 +196,80 @@ def test_dispatch_follows_the_table_to_the_kernel(monkeypatch):
     for a, b in zip(got, want):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert calls == [3]
+
+
+def test_the_one_residual_paths_follow_their_own_entries():
+  """`spec_accept` / `tree_accept` run their one-residual jnp path at the sizes of the entries
+  `<op>_one_residual`, the kernel where the table lists it too, else the reference."""
+  table = dispatch.Table({"GPU X": {"tree_accept_one_residual": ((1, 16),),
+                                    "tree_accept": ((8, 8),),
+                                    "spec_accept_one_residual": ((4, None),)}})
+  pick = lambda op, size, kind="GPU X": dispatch.choose(op, size, table=table, kind=kind)
+  assert [pick("tree_accept", b) for b in (1, 8, 16, 17)] == [
+      "one_residual", "kernel", "one_residual", "reference"]
+  assert [pick("spec_accept", b) for b in (3, 4, 1000)] == [
+      "reference", "one_residual", "one_residual"]
+  assert pick("tree_accept", 4, "GPU Y") == "reference"
+  assert pick("masked_sample", 4) == "reference"
+  assert dispatch.choose("tree_accept", 4, "one_residual", table=dispatch.Table({}),
+                         kind="cpu") == "one_residual"
+  with pytest.raises(ValueError, match="one_residual.*not of masked_sample"):
+    dispatch.choose("masked_sample", 4, "one_residual", table=table, kind="GPU X")
+  assert dispatch.kernel_ranges([("tree_accept_one_residual", 8, 1.0, 2.0)]) == {
+      "tree_accept_one_residual": [[8, 8]]}
+
+
+def test_the_environment_asks_for_the_one_residual_paths(monkeypatch):
+  """INFERNIX_PALLAS_IMPL=one_residual: the acceptance ops take that path, masked_sample (which
+  has none) follows the table; as an argument it is refused for masked_sample."""
+  monkeypatch.setenv(dispatch.ENV_IMPL, "one_residual")
+  assert [ip.resolve_impl(None, op, 8) for op in ("spec_accept", "tree_accept")] == [
+      "one_residual", "one_residual"]
+  assert ip.resolve_impl(None, "masked_sample", 8) == "reference"
+  with pytest.raises(ValueError, match="not of masked_sample"):
+    ip.resolve_impl("one_residual", "masked_sample", 8)
+
+
+def _small_trees(rows, rng):
+  v, vm, t = 12, 16, 4
+  logits = rng.normal(size=(rows, t, vm)).astype(np.float32) * 2
+  best = np.argmax(logits[..., :v], -1)
+  tokens = np.where(rng.random((rows, t)) < 0.5, best[:, [0, 0, 0, 1]],
+                    rng.integers(0, v, (rows, t)))
+  return dict(logits=jnp.asarray(logits), mask=None, mask_enabled=None, states=None,
+              tokens=jnp.asarray(tokens, jnp.int32),
+              parents=jnp.asarray(np.tile([-1, 0, 0, 1], (rows, 1)), jnp.int32),
+              n_nodes=jnp.full((rows,), t, jnp.int32), q=ip.OneHotQ(),
+              params=ip.SamplingParams.create(rows, temperature=np.where(
+                  np.arange(rows) % 2 == 0, 0.0, 1.0)),
+              seed=jnp.arange(rows, dtype=jnp.uint32), position=jnp.zeros((rows,), jnp.int32))
+
+
+def test_dispatch_follows_the_table_to_the_one_residual_path(monkeypatch):
+  """`tree_accept` at a size the table lists for its one-residual path calls that path,
+  elsewhere the reference; both give the same results. `impl="one_residual"` reaches
+  `spec_accept`'s."""
+  monkeypatch.delenv(dispatch.ENV_IMPL, raising=False)
+  kind = jax.devices()[0].device_kind
+  monkeypatch.setattr(dispatch, "default_table",
+                      lambda: dispatch.Table({kind: {"tree_accept_one_residual": ((3, 3),)}}))
+  calls = []
+  for module, name in ((dispatch._tp, "tree_accept_one_residual"),
+                       (dispatch._sa, "spec_accept_one_residual")):
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **kw: calls.append(
+        (name, a[0].shape[0])) or real(*a, **kw))
+  for rows in (2, 3):
+    inputs = _small_trees(rows, np.random.default_rng(rows))
+    got = ip.tree_accept(**inputs, vocab_size=12)
+    want = ip.tree_accept_reference(**inputs, vocab_size=12)
+    for a, b in zip(got, want):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert calls == [("tree_accept_one_residual", 3)]
+  from tests.pallas.spec_world import World
+  inputs = World(12, 16, 2, seed=1).batch(2, "dense", dict(temperature=1.0),
+                                         np.random.default_rng(0))
+  got = ip.spec_accept(**inputs, vocab_size=12, impl="one_residual")
+  for a, b in zip(got, ip.spec_accept_reference(**inputs, vocab_size=12)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert calls[-1] == ("spec_accept_one_residual", 2)
