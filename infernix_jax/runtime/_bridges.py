@@ -25,7 +25,8 @@ from infernix_jax.runtime import trace as _trace
 from infernix_jax.runtime._round import (_JIT, RoundArgs, RoundInputs, RoundState, RoundStatics,
                                          advance_step, attention_span, automaton_step,
                                          clear_step, logprobs_step, min_tokens_step,
-                                         propose_step, run_round, tree_automaton_step)
+                                         propose_step, run_round, tree_automaton_step,
+                                         verify_step)
 from infernix_jax.runtime.drafters import Committed, DraftInput, Proposal
 
 
@@ -110,11 +111,64 @@ class Timeline:
     self.spans.append((self.round, name, start, time.perf_counter()))
 
 
-class StagesIO:
-  """Executes the round in Python: host steps directly, device steps as jitted stages."""
+class Prefetch:
+  """The next round's verify of ordinary decoding (K = 0), dispatched before the host's
+  commit so that the device runs it while the host commits (grammar sessions included).
 
-  def __init__(self, steps: HostCallbacks, timeline: Timeline | None = None, placement=None):
+  At commit time the device knows what the host will decide for every lane that goes on: its
+  next anchor is the token Finish produced and its length grows by one. So `StagesIO`
+  dispatches the verify of [that token] at those lengths right after Finish, then commits on
+  the host. The next round takes the prefetched result only when its verify would have been
+  the same call: the round state's cache is the prefetch's own output (no admission, forced
+  close or clear in between), its lengths are the predicted ones (no lane failed, retired or
+  was admitted), the same attention span, no drafts. Otherwise it verifies as usual over the
+  prefetch's cache: the prefetch only wrote each lane's anchor slot, which that verify writes
+  again. Tokens are the same either way.
+
+  Attributes:
+    pending: (lengths i32[B], span, logits, hidden, cache) of the dispatched verify, or None.
+    hits, misses: rounds that took / could not take a pending prefetch.
+  """
+
+  def __init__(self):
+    self.pending = None
+    self.hits = self.misses = 0
+
+  def take(self, cache, lengths, drafts, span):
+    """The pending (logits, hidden, cache) if a verify of these arguments would equal it."""
+    p, self.pending = self.pending, None
+    if p is None:
+      return None
+    ok = (cache is p[4] and drafts.shape[1] == 0 and span == p[1]
+          and np.array_equal(np.asarray(lengths), p[0]))
+    if not ok:
+      self.misses += 1
+      return None
+    self.hits += 1
+    return p[2], p[3], p[4]
+
+
+def _first_token(tokens):
+  """i32[B] the first token of each lane's produced tokens [B, P] (-1 read as 0: such a
+  lane failed and its prefetch is never taken)."""
+  return jnp.maximum(tokens[:, 0], 0)
+
+
+_FIRST_TOKEN = jax.jit(_first_token)
+
+
+class StagesIO:
+  """Executes the round in Python: host steps directly, device steps as jitted stages.
+
+  With a `Prefetch` (ordinary decoding on one device), the commit step first dispatches the
+  next round's verify (`Prefetch`) and the round hands that verify's cache on."""
+
+  def __init__(self, steps: HostCallbacks, timeline: Timeline | None = None, placement=None,
+               prefetch: Prefetch | None = None):
     self.steps, self.timeline, self.placement = steps, timeline, placement
+    self.prefetch = prefetch if placement is None else None
+    self._verify = None  # (graphdef, state, taps, cache out) of this round's verify
+    self._next_cache = None  # the prefetched verify's cache (this round's own was donated)
 
   def span(self, lengths, p, cache):
     """Host lengths are known: attend over a bucketed span, not the whole capacity."""
@@ -176,6 +230,8 @@ class StagesIO:
     return drafter.advance(None, state, Committed(tokens, counts))
 
   def host(self, name, *args):
+    if name == "commit" and self.prefetch is not None:
+      self._dispatch_next_verify(args[1])
     tl = self.timeline
     if tl is None:
       return getattr(self.steps, name)(*jax.device_get(args))
@@ -188,19 +244,52 @@ class StagesIO:
     return out
 
   def device(self, fn, *args, **static):
+    if fn is verify_step and self.prefetch is not None:
+      graphdef, state, cache, lengths, _, drafts = args
+      got = self.prefetch.take(cache, lengths, drafts, static["span"])
+      self._verify = (graphdef, state, static["taps"])
+      if got is not None:
+        self._verify = (*self._verify, got[2])
+        return got
     if self.placement is not None:  # host arrays [B, ...] go to the mesh with lanes on "data"
       args = self.placement.rows(args)
     else:
       args = _placement.host_copies(args)
     tl = self.timeline
     if tl is None:
-      return _JIT[fn](*args, **static)
-    t0 = time.perf_counter()
-    out = _JIT[fn](*args, **static)
-    if tl.serial:
-      jax.block_until_ready(out)
-    tl.add(f"dispatch:{fn.__name__.removesuffix('_step')}", t0)
+      out = _JIT[fn](*args, **static)
+    else:
+      t0 = time.perf_counter()
+      out = _JIT[fn](*args, **static)
+      if tl.serial:
+        jax.block_until_ready(out)
+      tl.add(f"dispatch:{fn.__name__.removesuffix('_step')}", t0)
+    if fn is verify_step and self._verify is not None:
+      self._verify = (*self._verify, out[2])
     return out
+
+  def _dispatch_next_verify(self, tokens):
+    """`Prefetch`: the next round's verify, dispatched before the commit reads Finish's
+    outputs (nothing is dispatched when no lane can go on, or the round drafted)."""
+    v, self._verify = self._verify, None
+    h = self.steps.host
+    if v is None or len(v) < 4 or h.k != 0:  # ordinary decoding only
+      return
+    graphdef, state, taps, cache = v
+    active = np.array([x is not None and x.finish is None and x.remaining > 1
+                       for x in h.lanes], bool)
+    if not active.any():
+      return
+    lengths = (h.lengths + active).astype(np.int32)
+    span = attention_span(lengths, 1, cache.capacity)
+    drafts = np.zeros((lengths.shape[0], 0), np.int32)
+    t0 = time.perf_counter()
+    out = _JIT[verify_step](graphdef, state, cache, *_placement.host_copies((lengths,)),
+                            _FIRST_TOKEN(tokens), drafts, span=span, taps=taps)
+    if self.timeline is not None:
+      self.timeline.add("dispatch:next verify", t0)
+    self.prefetch.pending = (lengths, span, *out)
+    self._next_cache = out[2]
 
   def masks(self, constrained, drafts, n):
     if not constrained:  # no constrained lane: no host wait, no upload, no mask read
@@ -268,6 +357,8 @@ class StagesIO:
                        vocab_size=st.vocab_size, eos_ids=st.eos_ids)
 
   def clear(self, rows, drafter, cache, state):
+    if self._next_cache is not None:  # the prefetch took this round's cache (donated)
+      cache, self._next_cache = self._next_cache, None
     rows = np.asarray(rows)
     if not rows.any():
       return cache, state
@@ -421,11 +512,15 @@ _CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before 
 
 
 def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
-               timeline: Timeline | None = None) -> RoundState:
-  """One round on the `stages` bridge (spans recorded into `timeline` when given)."""
+               timeline: Timeline | None = None, prefetch: Prefetch | None = None
+               ) -> RoundState:
+  """One round on the `stages` bridge (spans recorded into `timeline` when given; the next
+  round's verify dispatched before the commit with a `Prefetch`)."""
   steps = HostCallbacks()
   steps.host, steps.seed = host, np.asarray(args.seed)
-  rs, _ = run_round(StagesIO(steps, timeline, st.placement), rs, args, None, st)
+  if timeline is not None and timeline.serial:  # every device step waited for: no overlap
+    prefetch = None
+  rs, _ = run_round(StagesIO(steps, timeline, st.placement, prefetch), rs, args, None, st)
   if timeline is not None:
     jax.block_until_ready(rs)
     timeline.round += 1

@@ -112,6 +112,8 @@ class Engine:
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
     # Set to a `_bridges.Timeline` to record the spans of `stages` rounds (overlap studies).
     self.timeline: _bridges.Timeline | None = None
+    # Ordinary decoding: the next round's verify runs while the host commits (`Prefetch`).
+    self._prefetch = _bridges.Prefetch()
     # What `warmup` has done on this engine (prompt buckets, round variants): a later call
     # (a study warms up before every cell) repeats none of it.
     self._warm_buckets: set[int] = set()
@@ -327,8 +329,11 @@ class Engine:
       self.stats["device_loops"] += 1
     elif self.bridge == "stages":
       self._round_state = _bridges.run_stages(host, self._round_state, args, self._statics(),
-                                            self.timeline)
+                                              self.timeline, self._prefetch)
       self.stats["rounds"] += 1
+      if self._prefetch is not None:
+        self.stats["prefetch_hits"] = self._prefetch.hits
+        self.stats["prefetch_misses"] = self._prefetch.misses
     else:
       rounds = collections.Counter()
 
