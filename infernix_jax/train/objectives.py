@@ -125,6 +125,13 @@ def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
 def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
   """Student logits f32[A, K, Vd or Vm] (the head's columns) of a block drafter (params:
   pure dict of `DFlashNet`)."""
+  x = block_hidden(params, cfg, head, ids, hidden, anchors, k)
+  return head.draft_logits(layers.rms_norm(x, params["final_norm"], cfg.norm_eps))
+
+
+def block_hidden(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
+  """The block's hidden states [A, K, D] at positions 1..K before the final norm (params:
+  pure dict of a `DFlashNet` or a network built on it)."""
   eps, dt = cfg.norm_eps, cfg.jnp_dtype
   n, a, t = ids.shape[0], anchors.shape[0], k + 1
   prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0).astype(dt)
@@ -145,7 +152,7 @@ def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
     _, kc, vc = layers.project_qkv(cfg, p, feats, cos_c, sin_c)  # [1, N, G, H]
     x, _, _ = decoder_layer(cfg, p, x, jnp.broadcast_to(kc, (a,) + kc.shape[1:]),
                             jnp.broadcast_to(vc, (a,) + vc.shape[1:]), cos_b, sin_b, mask)
-  return head.draft_logits(layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, V]
+  return x[:, 1:]  # [A, K, D]
 
 
 LOGITS = {"mtp": mtp_logits, "block": block_logits}

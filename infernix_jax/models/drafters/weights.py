@@ -33,8 +33,13 @@ def _block(cfg, feature_dim, rngs):
   return DFlashNet(cfg, feature_dim, rngs=rngs)
 
 
+def _dspark(cfg, feature_dim, rngs):
+  from infernix_jax.models.drafters.dspark import DSparkNet
+  return DSparkNet(cfg, feature_dim, rngs=rngs)
+
+
 # Network kind -> (layer cfg, F target features read, nnx.Rngs) -> an untrained network.
-NETWORKS = {"mtp": _mtp, "block": _block}
+NETWORKS = {"mtp": _mtp, "block": _block, "dspark": _dspark}
 KINDS = tuple(NETWORKS)
 SHIPPED = Path(__file__).resolve().parent / "trained"
 EMBEDDED_STEM = "smollm2-135m-instruct"
