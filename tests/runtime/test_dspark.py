@@ -90,6 +90,17 @@ def test_constrained_greedy_behind_jump_forward_equals_ordinary_greedy():
              for ids in got)
 
 
+def test_sampled_drafting_behind_jump_forward_passes_check_drafter_on_the_callback_bridge():
+  """The sampled head behind jump-forward (drafts conditioned on forced tokens, sparse q,
+  masked q) through `testing.check_drafter` on the callback bridge: T = 0 equals ordinary
+  greedy, T = 1 follows ordinary decoding's law free and constrained (chi-square)."""
+  from infernix_jax.testing import check_drafter
+  report = check_drafter("dspark", {"k": K, "weights": "random", "sampling": True},
+                         jump_forward=True, bridge="callback")
+  assert report.passed, report
+  assert report.drafted > 0, report
+
+
 @pytest.mark.parametrize("temperature,tree", [(0.0, False), (1.0, False), (0.0, True)])
 def test_automaton_masks_follow_the_drafts(temperature, tree):
   """Masks from a device trie automaton: each position's mask is the state's after the
