@@ -210,6 +210,37 @@ def test_masked_trees_hold_only_legal_paths(target, net):
       assert legal[b, depth - 1, ids[b, j]], (b, j, depth)
 
 
+def _path(ids, parents, j):
+  out = [int(ids[j])]
+  while parents[j] >= 0:
+    j = parents[j]
+    out.insert(0, int(ids[j]))
+  return out
+
+
+def test_trees_grow_from_the_head_on_each_path(target, net):
+  """Width 1: the tree is the greedy chain. Width 3: every node is among the top 3 of the
+  head at its depth, fed its own root path (the training layout's logits)."""
+  model, head = target
+  ctx = _context(model, PROMPTS)
+  drafter = DSparkDrafter.create(net, head, K)
+  chain, _, _ = _propose(net, target, ctx)
+  for width in (1, 3):
+    ids, parents, n, _ = drafter.propose_tree(drafter.init_state(2, 64), ctx, jnp.full((2,), K),
+                                              width=width, shape="dynamic")
+    ids, parents = np.asarray(ids), np.asarray(parents)
+    assert np.asarray(n).tolist() == [K, K]
+    if width == 1:
+      assert parents.tolist() == [[-1, 0, 1, 2]] * 2
+      assert ids.tolist() == np.asarray(chain).tolist()
+      continue
+    for b, prompt in enumerate(PROMPTS):
+      for j in range(K):
+        path = _path(ids[b], parents[b], j)
+        logits = _teacher_forced(net, target, prompt, path + [0] * (K - len(path)))
+        assert path[-1] in np.argsort(-logits[len(path) - 1])[:3].tolist(), (b, j, path)
+
+
 def test_training_steps_lower_the_loss(target):
   """Thirty Adam steps of the distillation objective on one sequence lower its loss."""
   import optax
