@@ -19,6 +19,8 @@ from infernix_jax.testing.exact_oracle import chi_square_pvalue
 from infernix_jax.train import objectives
 from tests.models.test_drafters import _randomize
 
+pytestmark = pytest.mark.slow  # each test compiles the drafter (seconds on a 2-core CPU)
+
 V, K = 61, 4  # V not a multiple of 32
 CFG = im.ModelConfig(vocab_size=V, dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
                      head_dim=8, ffn_dim=48, qk_norm=False, tie_embeddings=True)

@@ -72,6 +72,7 @@ def _tokens(engine, requests):
   return [r.token_ids for r in results], sum(r.accepted for r in results)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bridge,options", [("stages", ()), ("callback", ()),
                                             ("stages", (("tree", True),))],
                          ids=["stages", "callback", "tree"])
@@ -82,6 +83,7 @@ def test_greedy_generation_equals_ordinary_greedy(bridge, options):
   assert accepted > 0  # drafts were verified and some taken: speculation really ran
 
 
+@pytest.mark.slow
 def test_constrained_greedy_behind_jump_forward_equals_ordinary_greedy():
   want, _ = _tokens(_engine("none"), _requests(True))
   got, _ = _tokens(_engine("dspark", jump=True), _requests(True))
@@ -90,6 +92,7 @@ def test_constrained_greedy_behind_jump_forward_equals_ordinary_greedy():
              for ids in got)
 
 
+@pytest.mark.slow
 def test_sampled_drafting_behind_jump_forward_passes_check_drafter_on_the_callback_bridge():
   """The sampled head behind jump-forward (drafts conditioned on forced tokens, sparse q,
   masked q) through `testing.check_drafter` on the callback bridge: T = 0 equals ordinary
@@ -101,6 +104,7 @@ def test_sampled_drafting_behind_jump_forward_passes_check_drafter_on_the_callba
   assert report.drafted > 0, report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature,tree", [(0.0, False), (1.0, False), (0.0, True)])
 def test_automaton_masks_follow_the_drafts(temperature, tree):
   """Masks from a device trie automaton: each position's mask is the state's after the
@@ -177,6 +181,7 @@ def test_options_and_missing_weights():
                          target=(cfg, model)).q_kind == "onehot"
 
 
+@pytest.mark.slow
 def test_weights_file_round_trip_and_training_config(tmp_path):
   """A DSpark network saved as a drafter file loads through the registry and drafts what it
   drafted before; the training config passes the loop's checks and builds a DSpark net."""
