@@ -260,10 +260,14 @@ def test_training_steps_lower_the_loss(target):
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
   opt = optax.adam(3e-3)
   state = opt.init(params)
-  step = jax.jit(lambda p, s: (lambda lg: (optax.apply_updates(p, opt.update(lg[1], s, p)[0]),
-                                           opt.update(lg[1], s, p)[1], lg[0]))(
-      jax.value_and_grad(loss_fn)(p)))
+
+  @jax.jit
+  def step(params, state):
+    grads = jax.grad(loss_fn)(params)
+    updates, state = opt.update(grads, state, params)
+    return optax.apply_updates(params, updates), state
+
   first = float(loss_fn(params))
   for _ in range(30):
-    params, state, _ = step(params, state)
+    params, state = step(params, state)
   assert float(loss_fn(params)) < 0.7 * first

@@ -157,7 +157,7 @@ def test_automaton_masks_follow_the_drafts(temperature, tree):
                                             shape="dynamic", masks=masks if masked else None)
       outs[masked] = walk(np.asarray(ids), np.asarray(parents))
     else:
-      ids, q, _ = net.propose(state, ctx, keys, masks=masks if masked else None)
+      ids, _, _ = net.propose(state, ctx, keys, masks=masks if masked else None)
       outs[masked] = walk(np.asarray(ids), chain)
   assert outs[True] == rows * K
   assert outs[False] < rows * K // 2
