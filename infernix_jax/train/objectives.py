@@ -1,4 +1,5 @@
-"""Distillation losses of the MTP head and the block drafter, in their inference layouts.
+"""Distillation losses of the MTP head, the block drafter and DSpark, in their inference
+layouts.
 
 Both train on one sequence at a time (vmapped over a batch) with the frozen target's hidden
 states H [N, D] (H[j] predicted token j + 1) and A sampled anchors per sequence. An anchor
@@ -21,6 +22,8 @@ Layouts (they reproduce what `propose` computes, so trained weights transfer as 
   Block: context entry j carries feature H[j - 1] at position j; anchor a's block
     [x[a], MASK x K] sits at positions a + 1 .. a + 1 + K and reads context entries <= a
     and its whole block.
+  DSpark: the block's layout, then its sequential head at position i fed x[a + i - 1] (the
+    true token stands for draft i - 1).
 
 Axis letters: N sequence (padded), A anchors, K drafts, T = K + 1, D width, Vm vocab.
 """
@@ -125,6 +128,13 @@ def mtp_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
 def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
   """Student logits f32[A, K, Vd or Vm] (the head's columns) of a block drafter (params:
   pure dict of `DFlashNet`)."""
+  x = block_hidden(params, cfg, head, ids, hidden, anchors, k)
+  return head.draft_logits(layers.rms_norm(x, params["final_norm"], cfg.norm_eps))
+
+
+def block_hidden(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
+  """The block's hidden states [A, K, D] at positions 1..K before the final norm (params:
+  pure dict of a `DFlashNet` or a network built on it)."""
   eps, dt = cfg.norm_eps, cfg.jnp_dtype
   n, a, t = ids.shape[0], anchors.shape[0], k + 1
   prev = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]], axis=0).astype(dt)
@@ -145,16 +155,28 @@ def block_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
     _, kc, vc = layers.project_qkv(cfg, p, feats, cos_c, sin_c)  # [1, N, G, H]
     x, _, _ = decoder_layer(cfg, p, x, jnp.broadcast_to(kc, (a,) + kc.shape[1:]),
                             jnp.broadcast_to(vc, (a,) + vc.shape[1:]), cos_b, sin_b, mask)
-  return head.draft_logits(layers.rms_norm(x[:, 1:], params["final_norm"], eps))  # [A, K, V]
+  return x[:, 1:]  # [A, K, D]
 
 
-LOGITS = {"mtp": mtp_logits, "block": block_logits}
+def dspark_logits(params, cfg, head: TargetHead, ids, hidden, anchors, k: int):
+  """Student logits f32[A, K, Vd or Vm] of a DSpark drafter (params: pure dict of
+  `DSparkNet`): the block's hidden states, then the sequential head teacher-forced on the
+  sequence's own tokens (position i reads token a + i - 1, as drafting reads draft i - 1;
+  position 1 reads the anchor)."""
+  from infernix_jax.models.drafters.dspark import head_logits
+  hs = block_hidden(params, cfg, head, ids, hidden, anchors, k)  # [A, K, D]
+  prev = jnp.take(ids, jnp.clip(anchors[:, None] + jnp.arange(k, dtype=jnp.int32)[None], 0,
+                                ids.shape[0] - 1))  # [A, K]
+  return head_logits(params, cfg, head, hs, prev, draft=True)
+
+
+LOGITS = {"mtp": mtp_logits, "block": block_logits, "dspark": dspark_logits}
 
 
 def distill_loss(kind: str, params, cfg, head: TargetHead, final_norm, ids, hidden, n_valid,
                  prompt_len, anchors, anchor_ok, *, k: int, ce_weight: float,
                  position_weights=None):
-  """(loss, metrics) of drafter `kind` ("mtp" | "block") on one sequence.
+  """(loss, metrics) of drafter `kind` ("mtp" | "block" | "dspark") on one sequence.
 
   Args:
     params: the drafter's parameters (pure dict); cfg: its config.

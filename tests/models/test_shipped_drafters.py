@@ -49,7 +49,12 @@ def _greedy_sequence(cfg, model, tok):
   return ids, hidden[0], p_len
 
 
-@pytest.mark.parametrize("kind", dw.KINDS)
+# Network kinds with no trained weights shipped yet (their training runs are configured:
+# configs/train_<kind>.py); each leaves this list when its weights ship.
+NOT_YET_SHIPPED = ("dspark",)
+
+
+@pytest.mark.parametrize("kind", [k for k in dw.KINDS if k not in NOT_YET_SHIPPED])
 def test_shipped_weights_load_and_beat_an_untrained_head(embedded, kind):
   from infernix_jax.train import objectives
   cfg, model, tok = embedded
@@ -84,7 +89,7 @@ def test_registry_loads_the_shipped_weights_by_default(embedded):
   from infernix_jax.runtime import drafters
   cfg, model, _ = embedded
   shipped = {kind: dw.load(dw.shipped_path(kind), kind, cfg, model.embed[...])
-             for kind in dw.KINDS}
+             for kind in dw.KINDS if kind not in NOT_YET_SHIPPED}
   for name, kind in (("mtp", "mtp"), ("dflash", "block"), ("dflash2", "block")):
     d = drafters.create(name, {"k": 4}, target=(cfg, model))
     want = nnx.to_pure_dict(nnx.state(shipped[kind], nnx.Param))

@@ -163,7 +163,8 @@ def test_eagle3_smoke_run_trains_resumes_and_exports_a_loadable_head(smoke, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,vocab", [("train_mtp", 512), ("train_block", 0)])
+@pytest.mark.parametrize("name,vocab", [("train_mtp", 512), ("train_block", 0),
+                                        ("train_dspark", 512)])
 def test_distill_smoke_run_trains_resumes_and_exports(smoke, tmp_path, name, vocab):
   """The MTP / block run on the smoke corpus: finite losses, an evaluation through the
   engine, a resumed longer run, and an export that the registry loads with the draft

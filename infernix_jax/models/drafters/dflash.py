@@ -49,6 +49,12 @@ class DFlashNet(nnx.Module):
     self.final_norm = nnx.Param(jnp.ones((d,), dtype))
 
   def __call__(self, features, counts, anchors, head: TargetHead, cache: KVCache, k: int):
+    """`block`, then the final norm and the target's LM head: (logits f32[B, K, Vm] for
+    block positions 1..K, cache with lengths + counts)."""
+    x, cache = self.block(features, counts, anchors, head, cache, k)
+    return head.logits(layers.rms_norm(x, self.final_norm[...], self.cfg.norm_eps)), cache
+
+  def block(self, features, counts, anchors, head: TargetHead, cache: KVCache, k: int):
     """Appends context features and runs one block.
 
     Args:
@@ -60,7 +66,8 @@ class DFlashNet(nnx.Module):
       k: K.
 
     Returns:
-      (logits f32[B, K, Vm] for block positions 1..K, cache with lengths + counts).
+      (hidden [B, K, D] of block positions 1..K before the final norm, cache with
+      lengths + counts).
     """
     cfg = self.cfg
     b, c, _ = features.shape
@@ -98,8 +105,7 @@ class DFlashNet(nnx.Module):
     layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
     (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v),
                                   (self.layers.params(), layer_ids))
-    out = layers.rms_norm(x[:, 1:], self.final_norm[...], cfg.norm_eps)  # [B, K, D]
-    return head.logits(out), KVCache(k=ck, v=cv, lengths=committed)
+    return x[:, 1:], KVCache(k=ck, v=cv, lengths=committed)  # [B, K, D]
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "k", "sparse", "temperature"),

@@ -1,7 +1,7 @@
 """Trained drafter weights: one safetensors file per drafter, tied to the target it serves.
 
 A file holds the drafter's parameters (float16) and, in its metadata, what they belong to:
-the format tag, the drafter kind (mtp | block), the drafter's layer config, the target's
+the format tag, the drafter kind (mtp | block | dspark), the drafter's layer config, the target's
 identity (file name and dims) and a fingerprint of the target's embedding (two checkpoints
 of one architecture differ there). A network trained on a draft vocabulary (a subset of the
 target's ids its head scores) carries it as the int32 tensor `draft_vocab`. `load` refuses
@@ -33,8 +33,13 @@ def _block(cfg, feature_dim, rngs):
   return DFlashNet(cfg, feature_dim, rngs=rngs)
 
 
+def _dspark(cfg, feature_dim, rngs):
+  from infernix_jax.models.drafters.dspark import DSparkNet
+  return DSparkNet(cfg, feature_dim, rngs=rngs)
+
+
 # Network kind -> (layer cfg, F target features read, nnx.Rngs) -> an untrained network.
-NETWORKS = {"mtp": _mtp, "block": _block}
+NETWORKS = {"mtp": _mtp, "block": _block, "dspark": _dspark}
 KINDS = tuple(NETWORKS)
 SHIPPED = Path(__file__).resolve().parent / "trained"
 EMBEDDED_STEM = "smollm2-135m-instruct"
@@ -102,8 +107,8 @@ def save(path, module, *, kind: str, target_cfg, target_embed, target_name: str,
 
   Args:
     path: the .safetensors file to write.
-    module: an `MTPHead` or `DFlashNet`.
-    kind: "mtp" or "block".
+    module: an `MTPHead`, `DFlashNet` or `DSparkNet`.
+    kind: "mtp", "block" or "dspark".
     target_cfg, target_embed, target_name: the target the drafter was trained on.
     extra: more metadata (e.g. the training summary), stored as JSON.
   """
@@ -154,12 +159,12 @@ def load(path, kind: str, target_cfg, target_embed, *, expected: str = "the targ
 
   Args:
     path: the .safetensors file.
-    kind: "mtp" or "block".
+    kind: "mtp", "block" or "dspark".
     target_cfg, target_embed: the target the caller drafts for.
     expected: how to name that target in errors.
 
   Returns:
-    An `MTPHead` or `DFlashNet` holding the weights (in the target's dtype) and, when it
+    An `MTPHead`, `DFlashNet` or `DSparkNet` holding the weights (in the target's dtype) and, when it
     was trained on one, its draft vocabulary (`draft_vocab_of`).
 
   Raises:

@@ -22,8 +22,8 @@ import typing
 from typing import Any, Callable, Mapping
 
 from infernix_jax.errors import ParameterError
-from infernix_jax.runtime.drafters import (dflash, dflash2, draft_model, eagle3, jump, mtp,
-                                           ngram, none, suffix)
+from infernix_jax.runtime.drafters import (dflash, dflash2, draft_model, dspark, eagle3, jump,
+                                           mtp, ngram, none, suffix)
 from infernix_jax.runtime.drafters.base import (BuildContext, Committed, DraftInput, Drafter,
                                                 DrafterOptions, DrafterSpec, NoOptions,
                                                 OptionError, Proposal)
@@ -238,6 +238,9 @@ register("dflash", dflash.build, options=dflash.Options,
          help="block drafter: K tokens per call, greedy (one-hot q)")
 register("dflash2", dflash2.build, options=dflash2.Options,
          help="sparse block drafter: top-16 sampled drafts (sparse q)")
+register("dspark", dspark.build, options=dspark.Options,
+         help="block backbone with a sequential head: each draft conditions on the previous "
+              "one (greedy or sampled, chains or trees)")
 
 __all__ = ["BuildContext", "Committed", "DraftInput", "Drafter", "DrafterOptions", "DrafterSpec",
            "Entry", "JumpForward", "NGramDrafter", "NGramIndex", "NoDrafter", "NoOptions",

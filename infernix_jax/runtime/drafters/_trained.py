@@ -1,4 +1,5 @@
-"""Options and networks of the trained drafters (MTP, block): shipped, a file, or random."""
+"""Options and networks of the trained drafters (MTP, block, DSpark): shipped, a file, or
+random."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def network(options: TrainedOptions, context, name: str, kind: str, random_net):
     options: the drafter's `TrainedOptions`.
     context: the `BuildContext` (the target).
     name: the registered drafter name (for messages).
-    kind: the weights kind, "mtp" or "block".
+    kind: the weights kind (`models.drafters.weights.KINDS`).
     random_net: (cfg) -> an untrained network, used only for weights="random".
 
   Raises:
