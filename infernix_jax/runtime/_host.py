@@ -55,6 +55,9 @@ class HostState:
     self.vm = vocab.padded_size  # Vm, the logits width (the engine sets its model's)
     self.bias_bufs: dict[int, np.ndarray] = {}  # [B, P', Vm] f32 per width (law lanes)
     self.stats = collections.Counter()  # host seconds per step, mask bytes uploaded
+    # Threads for per-lane grammar work (xgrammar lookahead rows and previews); 0: this one.
+    from infernix_jax.constrain import lane_pool
+    self.lane_threads = lane_pool.default_threads() if b > 1 else 0
     self.generation = 0  # bumped whenever a lane's request changes (per-lane params cache)
     self.round_logprobs = None  # the round's pallas TokenLogprobs (numpy), for commit
     # Trie-constrained lanes may take their masks from a device-resident automaton.
@@ -226,7 +229,8 @@ class HostState:
     buf = self._mask_buffer(p)
     sessions = [lane.session if self.host_masked(lane) else None for lane in self.lanes]
     try:
-      states, enabled = ic.fill_batch(sessions, drafts, n_drafts, buf)
+      states, enabled = ic.fill_batch(sessions, drafts, n_drafts, buf,
+                                      batch_threads=self.lane_threads)
     except Exception:  # noqa: BLE001 (find the failing rows; the others fill normally)
       states = np.full((self.b, p), mask_layout.UNREACHABLE, np.int8)
       for i, s in enumerate(sessions):
@@ -408,6 +412,7 @@ class HostState:
     counts = np.zeros((self.b,), np.int32)
     poisoned = np.zeros((self.b,), bool)
     plans = []
+    previews = self._previews(accepted, tokens, flags)
     for b, lane in enumerate(self.lanes):
       if lane is None or lane.finish is not None:
         continue
@@ -416,34 +421,17 @@ class HostState:
         plans.append((b, lane, None, None, error))
         continue
       n = int(accepted[b])
-      out = []
-      for t in tokens[b, :n + 1]:
-        if t < 0:  # no token after an accepted EOS or a redrawn draft (Unreachable next)
-          break
-        out.append(int(t))
-      finish = None
-      eos = frozenset() if lane.request.ignore_eos else self.eos  # ignore_eos: EOS is a token
-      for i, t in enumerate(out):
-        if t in eos:
-          out, finish = out[:i + 1], FinishReason.STOP
-          break
-      if len(out) >= lane.remaining:
-        if len(out) > lane.remaining or finish is None:
-          finish = FinishReason.LENGTH
-        out = out[:lane.remaining]
+      out, finish = self._produced(lane, tokens[b, :n + 1])
       if not out or any(t >= self.vocab.size for t in out):
         plans.append((b, lane, None, None, StateIntegrityError(
             f"the kernel produced an invalid token id in {out}", lane.request.request_id)))
         continue
       if lane.session is not None:
-        r0 = time.perf_counter()
-        try:
-          r = lane.session.preview(out)
-        except Exception as e:  # noqa: BLE001
-          self._fail(b, lane, "preview", e)
+        r = previews[b]
+        if isinstance(r, Exception):
+          self._fail(b, lane, "preview", r)
           plans.append((b, lane, None, None, lane.error))
           continue
-        lane.report.accept_seconds += time.perf_counter() - r0
         if r.dead_end or int(r.accepted) != len(out):
           lane.session.discard()
           plans.append((b, lane, None, None, StateIntegrityError(
@@ -451,6 +439,7 @@ class HostState:
               f"kernel produced under its own mask", lane.request.request_id)))
           continue
       if lane.session is None:  # an extra stop string ends the output at its token
+        eos = frozenset() if lane.request.ignore_eos else self.eos
         cut = lane.find_stop([t for t in out if t not in eos])
         if cut is not None:
           out, finish = out[:cut], FinishReason.STOP_STRING
@@ -499,6 +488,52 @@ class HostState:
     self.round_logprobs = None
     self.stats["commit_seconds"] += time.perf_counter() - t0
     return committed, poisoned
+
+  def _produced(self, lane: Lane, tokens) -> tuple[list[int], FinishReason | None]:
+    """The round's tokens a lane keeps (through EOS, at most its remaining) and the finish
+    that implies (None: it goes on)."""
+    out = []
+    for t in tokens:
+      if t < 0:  # no token after an accepted EOS or a redrawn draft (Unreachable next)
+        break
+      out.append(int(t))
+    finish = None
+    eos = frozenset() if lane.request.ignore_eos else self.eos  # ignore_eos: EOS is a token
+    for i, t in enumerate(out):
+      if t in eos:
+        out, finish = out[:i + 1], FinishReason.STOP
+        break
+    if len(out) >= lane.remaining:
+      if len(out) > lane.remaining or finish is None:
+        finish = FinishReason.LENGTH
+      out = out[:lane.remaining]
+    return out, finish
+
+  def _previews(self, accepted, tokens, flags) -> dict:
+    """lane -> its session's `preview` of the round's kept tokens (or the exception it
+    raised), for the lanes the commit will preview. xgrammar previews (each fills the next
+    committed mask, at times tens of ms) run in the lane pool when two or more lanes have
+    one; the others run here."""
+    from infernix_jax.constrain import lane_pool
+    todo = []
+    for b, lane in enumerate(self.lanes):
+      if (lane is None or lane.finish is not None or lane.session is None
+          or lane.error is not None or self._row_error(lane, int(flags[b])) is not None):
+        continue
+      out, _ = self._produced(lane, tokens[b, :int(accepted[b]) + 1])
+      if out and not any(t >= self.vocab.size for t in out):
+        todo.append((b, lane, out))
+
+    def preview(item):
+      _, lane, out = item
+      r0 = time.perf_counter()
+      r = lane.session.preview(out)
+      lane.report.accept_seconds += time.perf_counter() - r0
+      return r
+
+    slow = sum(getattr(lane.session, "backend", None) == "xgrammar" for _, lane, _ in todo)
+    threads = self.lane_threads if slow > 1 else 1
+    return {b: r for (b, _, _), r in zip(todo, lane_pool.run_each(preview, todo, threads))}
 
   def _row_error(self, lane: Lane, flags: int) -> GenerationError | None:
     rid = lane.request.request_id

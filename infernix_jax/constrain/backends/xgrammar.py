@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from infernix_jax.constrain import _utf8, _xgr, errors
+from infernix_jax.constrain import _utf8, _xgr, errors, lane_pool
 from infernix_jax.constrain.backends.base import BuildResult
 from infernix_jax.constrain.session import MatcherSession
 from infernix_jax.constrain.spec import ConstraintKind, OutputConstraint
@@ -163,11 +163,9 @@ class XGrammarBackend:
     ns = n_drafts.tolist()
     drafts = np.asarray(drafts)
     ds = drafts.tolist() if p > 1 else None  # [B][K] Python ints
-    for b, s in enumerate(sessions):
-      r0 = b * p
-      if s is None:
-        flat_states[r0:r0 + p] = READY
-        continue
+
+    def fill_row(b):
+      s, r0 = sessions[b], b * p
       n = int(ns[b])
       core = s if type(s) is XGrammarSession else _mask_session(s)
       if core is not None:
@@ -178,6 +176,20 @@ class XGrammarBackend:
         flat_states[r0:r0 + n + 1] = s.lookahead(drafts[b, :n], out[b, :n + 1])
       if n + 1 < p:
         flat[r0 + n + 1:r0 + p] = 0
+
+    rows = []
+    for b, s in enumerate(sessions):
+      if s is None:
+        flat_states[b * p:(b + 1) * p] = READY
+      else:
+        rows.append(b)
+    # Rows in threads (disjoint rows of `out`; xgrammar fills without the GIL) when asked
+    # and some row drafted (several masks per row) or its committed mask is not cached.
+    parallel = threads > 1 and len(rows) > 1 and (p > 1 or any(
+        not getattr(sessions[b], "frontier_cached", True) for b in rows))
+    for err in lane_pool.run_each(fill_row, rows, threads if parallel else 1):
+      if isinstance(err, Exception):
+        raise err
     return flat_states.reshape(b_size, p)
 
 
