@@ -32,9 +32,17 @@ INT_MAX = np.int32(2**31 - 1)
 
 
 def sort_key(z):
-  """Order-preserving int32 key of f32 values (-0.0 folded onto +0.0)."""
-  bits = jax.lax.bitcast_convert_type(z + 0.0, jnp.int32)
+  """Order-preserving int32 key of f32 values (-0.0 folded onto +0.0, on the bits: XLA
+  simplifies z + 0.0 to z, which would keep -0.0 below +0.0 under jit)."""
+  bits = jax.lax.bitcast_convert_type(z, jnp.int32)
+  bits = jnp.where(bits == INT_MIN, 0, bits)
   return jnp.where(bits < 0, bits ^ np.int32(0x7FFFFFFF), bits)
+
+
+def fold_zero(z):
+  """z with -0.0 replaced by +0.0 (a select, which XLA keeps, unlike z + 0.0): the values
+  ``lax.top_k`` orders as ``sort_key`` does."""
+  return jnp.where(z == 0.0, jnp.zeros_like(z), z)
 
 
 def unpack_legal(mask, enabled, vocab_size: int, width: int):
@@ -227,7 +235,7 @@ def top_c_support(z, top_vals, top_ids, small, k, inv_t, m, min_p, top_p, need_p
   """Top-k, min-p and top-p of the rows whose top-k set lies in C sorted entries.
 
   Args:
-    z: f32[N, >= Vm] logits; top_vals f32[N, C] (-0.0 folded, -inf: no entry) and top_ids
+    z: f32[N, >= Vm] logits; top_vals f32[N, C] (``fold_zero``ed, -inf: no entry) and top_ids
       i32[N, C]: entries by (key desc, id asc), holding at least the first k finite legal
       ones; small: bool[N]; k: i32[N] (>= 1); inv_t, m, min_p, top_p: f32[N]; need_p: bool[N].
 
@@ -294,7 +302,8 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
   small = sampling & (top_k > 0) & (top_k <= c)
 
   def small_path():
-    top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], z + 0.0, -jnp.inf), c)
+    top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], fold_zero(z), -jnp.inf),
+                                     c)
     top_keys = sort_key(top_vals)
     top_ids = top_ids.astype(jnp.int32)
     kth = jnp.clip(k - 1, 0, c - 1)[:, None]

@@ -208,7 +208,8 @@ def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
   zf = z.reshape(r, c * l)
   n_sel = jnp.sum(sel, axis=(1, 2))
   top_vals = jnp.where(jnp.arange(cap)[None, :] < n_sel[:, None],
-                       jnp.take_along_axis(zf, top_ids, -1) + 0.0, -jnp.inf)
+                       _sampling.fold_zero(jnp.take_along_axis(zf, top_ids, -1)),
+                       -jnp.inf)
   _, top_ids, top_vals = jax.lax.sort((~_sampling.sort_key(top_vals), top_ids, top_vals),
                                       dimension=-1, num_keys=2)
   _, top_cand = _sampling.top_c_support(zf, top_vals, top_ids, small, k, inv_t, m,
