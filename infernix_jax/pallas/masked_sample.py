@@ -211,7 +211,8 @@ def masked_sample_reference(logits, mask, mask_enabled, params: SamplingParams, 
 # The split over (rows, vocabulary chunks) lives in ``masked_sample_split``; its names stay
 # readable from here (the dispatch and the tests use them through this module), loaded on first
 # use because that module builds on this one.
-_SPLIT_NAMES = ("ChunkPartials", "SplitBlockSizes", "combine_partials", "cut_tokens",
+_SPLIT_NAMES = ("ChunkPartials", "CutSupport", "SplitBlockSizes", "combine_partials",
+                "cut_support", "cut_tokens",
                 "masked_sample_split_kernel", "masked_sample_split_reference",
                 "split_partials_kernel", "split_partials_reference")
 

@@ -135,8 +135,18 @@ def _rank(x):
   return (jnp.cumsum(n, axis=-1) - n)[..., None] + jnp.cumsum(x, axis=-1, dtype=jnp.int32)
 
 
-def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
-  """The Gumbel-max draw of each ``live`` row over its top-k / min-p / top-p support.
+class CutSupport(NamedTuple):
+  """The support of the cut rows: ``cand`` for rows with no top-k or a large one, the sorted
+  ``top_ids`` / ``top_cand`` for rows whose top-k set fits in TOPK_CAP (``small``)."""
+  cand: jax.Array       # bool[R, C, L]
+  top_ids: jax.Array    # i32[R, CAP]: ids by (key desc, id asc)
+  top_cand: jax.Array   # bool[R, CAP]
+  small: jax.Array      # bool[R]
+  inv_t: jax.Array      # f32[R]
+
+
+def cut_support(z, legal, params: SamplingParams, m, live, *, width: int) -> CutSupport:
+  """The top-k / min-p / top-p support of each ``live`` row (empty elsewhere).
 
   The support is ``masked_sample_reference``'s: the k first finite legal ids by (key desc,
   id asc) (all of them when k >= their number), then w = exp(z * inv_t - m) >= min_p, then
@@ -144,12 +154,9 @@ def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
 
   Args:
     z: f32[R, C, L] penalized logits in chunks; legal: bool[R, C, L].
-    params: SamplingParams [R]; key: u32[R] stream keys; m: f32[R] max finite legal
-      z * inv_t; live: bool[R], the rows to cut (sampling, unflagged, finite m).
+    params: SamplingParams [R]; m: f32[R] max finite legal z * inv_t; live: bool[R], the
+      rows to cut (sampling, unflagged, finite m).
     width: Vm, the logits' width (the reference's small-k path keeps min(TOPK_CAP, Vm)).
-
-  Returns:
-    i32[R]: the drawn ids (-1 where not live or the support is empty).
   """
   r, c, l = z.shape
   ids = jnp.arange(c * l, dtype=jnp.int32).reshape(1, c, l)                     # [1, C, L]
@@ -179,7 +186,6 @@ def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
   need_p = live & (params.top_p < 1.0)
   cap = min(_sampling.TOPK_CAP, width)
   small = live & (top_k > 0) & (top_k <= cap)
-  g = rng.gumbel(rng.random_bits(key[:, None, None], ids))
 
   # Other rows' top-p: the smallest present key whose mass above is < top_p * total (the
   # largest key when none is), by mass histograms under the row's max.
@@ -195,8 +201,6 @@ def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
   tp, _ = _radix_select(u, inside & col(dense_p), w, by_mass)
   tp = jnp.where(dense_p, to_key(tp), _sampling.INT_MIN)
   cand = inside & (keys >= col(tp)) & col(live & ~small)
-  best, arg = _combine_max(*_first_max(zt + g, cand, ids))
-  dense = jnp.where(best > -jnp.inf, arg, -1)
 
   # Small k: the top-k set (at most TOPK_CAP ids) gathered, sorted by (key desc, id asc),
   # and cut by the reference's own top-p over it.
@@ -214,9 +218,22 @@ def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
                                       dimension=-1, num_keys=2)
   _, top_cand = _sampling.top_c_support(zf, top_vals, top_ids, small, k, inv_t, m,
                                         params.min_p, params.top_p, need_p)
-  zt_top = jnp.take_along_axis(zf, top_ids, -1) * inv_t[:, None]
-  sparse = _sampling._argmax_gumbel_at(zt_top, top_cand, top_ids, key)
-  return jnp.where(small, sparse, jnp.where(live, dense, -1)).astype(jnp.int32)
+  return CutSupport(cand, top_ids, top_cand, small, inv_t)
+
+
+def cut_tokens(z, legal, params: SamplingParams, key, m, live, *, width: int):
+  """The Gumbel-max draw of each ``live`` row over its ``cut_support`` (arguments as there;
+  key: u32[R] stream keys), ties to the smaller id: i32[R] (-1 where not live or the support
+  is empty)."""
+  r, c, l = z.shape
+  s = cut_support(z, legal, params, m, live, width=width)
+  ids = jnp.arange(c * l, dtype=jnp.int32).reshape(1, c, l)                     # [1, C, L]
+  g = rng.gumbel(rng.random_bits(key[:, None, None], ids))
+  best, arg = _combine_max(*_first_max(z * s.inv_t[:, None, None] + g, s.cand, ids))
+  dense = jnp.where(best > -jnp.inf, arg, -1)
+  zt_top = jnp.take_along_axis(z.reshape(r, c * l), s.top_ids, -1) * s.inv_t[:, None]
+  sparse = _sampling._argmax_gumbel_at(zt_top, s.top_cand, s.top_ids, key)
+  return jnp.where(s.small, sparse, jnp.where(live, dense, -1)).astype(jnp.int32)
 
 
 def _cut_rows(tok, flags, m, chunks, params: SamplingParams, key, width: int):

@@ -86,6 +86,20 @@ def cut_case(seed: int, v: int, vm: int, chunk: int, dtype) -> cases.Case:
   add(dict(temperature=2.0, top_k=7, presence=0.5, frequency=0.3,
            history=list(rng_.integers(0, v, 4))))                       # 34 penalties first
   add(dict(temperature=0.0))                                            # 35 greedy
+  # 36: top-p exactly at a boundary: two legal ids, the mass above the second (1.0, the max's
+  # weight) equals top_p * total, so the second is out (the comparison is strict).
+  def boundary(z2):
+    """(top_p, z2) with top_p * (1 + exp(z2)) == 1 exactly in f32, or None."""
+    z2 = np.float32(np.float32(z2).astype(dtype))
+    total = np.float32(1.0) + np.float32(jax.jit(jnp.exp)(z2))
+    near = np.float32(1.0) / total + np.arange(-4, 5) * np.float32(2.0 ** -24)
+    return next(((t, z2) for t in near.astype(np.float32) if t * total == np.float32(1.0)),
+                None)
+
+  top_p, z2 = next(b for b in map(boundary, np.linspace(-0.1, -1.0, 50)) if b)
+  z = rng_.normal(size=vm)
+  z[3], z[v - 2] = 0.0, z2
+  add(dict(temperature=1.0, top_p=float(top_p)), z=z, allowed=np.isin(ids, [3, v - 2]))
   return cases.Case(np.stack(logits).astype(dtype), np.stack(legal), np.array(enabled), rows,
                     v)
 
@@ -153,41 +167,61 @@ def test_the_tie_rows_tie_at_their_thresholds():
   assert z.max() == 0.0 and np.any(np.signbit(top)) and np.any(~np.signbit(top))
 
 
-def test_the_second_pass_draws_the_cut_rows():
-  """``cut_tokens`` alone gives the reference's token on every cut row (the reference is not
-  what answers them), and the support it draws from is the reference's: every draw over many
-  seeds of one row lands in the reference's support, and the support is covered."""
-  v, vm, cw = 1000, 1000, 8
-  case = cut_case(1, v, vm, 32 * cw, np.float32)
-  args = _args(case, 5)
-  params = args[3]
-  parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
-  _, flags, m = ms.combine_partials(parts, params.temperature)
-  cut = (params.top_k > 0) | (params.top_p < 1.0) | (params.min_p > 0.0)
-  live = (params.temperature > 0) & (flags == 0) & cut
-  z, legal = split._chunks(*args[:4], v, cw)
-  cut = jax.jit(ms.cut_tokens, static_argnames="width")
-  got = cut(z, legal, params, rng.stream_key(args[4], args[5], 0), m, live, width=vm)
-  want, _ = ip.masked_sample_reference(*args, vocab_size=v)
-  live = np.asarray(live)
-  assert live.sum() >= 25
-  np.testing.assert_array_equal(np.asarray(got)[live], np.asarray(want)[live])
-  assert np.all(np.asarray(got)[~live] == -1)
-  # One tied row and one top-p row repeated over many seeds.
-  for i in (22, 16):
-    r = 128
-    sub = cases.Case(np.repeat(case.logits[i:i + 1], r, 0), np.repeat(case.legal[i:i + 1], r, 0),
-                     np.repeat(case.enabled[i:i + 1], r), [case.rows[i]] * r, v)
-    sargs = (jnp.asarray(sub.logits), sub.mask, jnp.asarray(sub.enabled), sub.params(),
-             jnp.arange(r, dtype=jnp.uint32), jnp.full((r,), 9, jnp.int32))
-    tok = np.asarray(ms.masked_sample_split_reference(*sargs, vocab_size=v, chunk_words=cw)[0])
-    np.testing.assert_array_equal(tok, np.asarray(ip.masked_sample_reference(
-        *sargs, vocab_size=v)[0]))
-    p, _, _ = ip.masked_probs_reference(*sargs[:4], vocab_size=v)
-    support = set(np.flatnonzero(np.asarray(p[0])))
-    assert set(tok) <= support and len(set(tok)) > 1, i
-    heavy = {int(j) for j in np.flatnonzero(np.asarray(p[0]) > 0.05)}
-    assert heavy <= set(tok), i
+def test_the_second_pass_has_the_reference_support():
+  """``cut_support`` is the reference's support on every cut row, as a set of ids (more
+  sensitive than draws: a wrong threshold that only adds unlikely ids shows here), and
+  ``cut_tokens`` alone draws the reference's tokens there (the reference does not answer
+  them). Row 36 sits exactly on a top-p boundary."""
+  for v, vm, dtype, cw in FAST:
+    case = cut_case(1, v, vm, 32 * cw, dtype)
+    args = _args(case, 5)
+    logits, mask, enabled, params = args[:4]
+    parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
+    _, flags, m = ms.combine_partials(parts, params.temperature)
+    cut = (params.top_k > 0) | (params.top_p < 1.0) | (params.min_p > 0.0)
+    live = (params.temperature > 0) & (flags == 0) & cut
+    z, legal = split._chunks(logits, mask, enabled, params, v, cw)
+    s = jax.jit(ms.cut_support, static_argnames="width")(z, legal, params, m, live, width=vm)
+    r = len(case.rows)
+    got = np.asarray(s.cand).reshape(r, -1)[:, :vm]
+    small = jnp.zeros((r, got.shape[1]), jnp.int32).at[
+        jnp.arange(r)[:, None], s.top_ids].add(s.top_cand.astype(jnp.int32))
+    got = np.where(np.asarray(s.small)[:, None], np.asarray(small) > 0, got)
+
+    @jax.jit
+    def reference_support(logits, mask, enabled, params):
+      zr = split._prepare_logits(logits, params).astype(jnp.float32)
+      lr = _sampling.unpack_legal(mask, enabled, v, vm)
+      return _sampling.support(zr, lr, params.temperature, params.top_k, params.top_p,
+                               params.min_p).cand
+
+    want = np.asarray(reference_support(logits, mask, enabled, params))
+    live = np.asarray(live)
+    assert live.sum() >= 26 and live[36]
+    for i in np.flatnonzero(live):
+      assert set(np.flatnonzero(got[i])) == set(np.flatnonzero(want[i])), (v, i, case.rows[i])
+    assert set(np.flatnonzero(want[36])) == {3}
+    key = rng.stream_key(args[4], args[5], 0)
+    tok = jax.jit(ms.cut_tokens, static_argnames="width")(z, legal, params, key, m,
+                                                          jnp.asarray(live), width=vm)
+    ref, _ = ip.masked_sample_reference(*args, vocab_size=v)
+    np.testing.assert_array_equal(np.asarray(tok)[live], np.asarray(ref)[live])
+    assert np.all(np.asarray(tok)[~live] == -1)
+
+
+def test_the_exact_top_p_boundary_row_is_on_the_boundary():
+  """Row 36: one float step more top-p keeps its second id."""
+  case = cut_case(1, 1000, 1000, 256, np.float32)
+  row = case.rows[36]
+  for top_p, support in ((row["top_p"], {3}),
+                         (float(np.nextafter(np.float32(row["top_p"]), np.float32(2))),
+                          {3, 998})):
+    one = cases.Case(case.logits[36:37], case.legal[36:37], case.enabled[36:37],
+                     [dict(row, top_p=top_p)], 1000)
+    p, _, _ = ip.masked_probs_reference(jnp.asarray(one.logits), one.mask,
+                                        jnp.asarray(one.enabled), one.params(),
+                                        vocab_size=1000)
+    assert set(np.flatnonzero(np.asarray(p[0]))) == support
 
 
 class CutKernelTest:
