@@ -9,15 +9,20 @@ Gumbel-max winner of z * inv_t + g over the finite legal ids with its smallest i
 id v is a function of (seed, position, purpose, v) only, so chunking cannot change it, and
 max-then-smallest-id combines exactly: the tokens equal the reference's.
 
-Rows with a top-k / top-p / min-p cut take a second, sorting-free pass (``cut_tokens``, in the
-manner of radix-select samplers such as FlashInfer's and vLLM's): per-chunk histograms of one
-byte of the order-preserving key (``_sampling.sort_key``) at a time, the bucket chosen in jnp
-(by count for top-k, by probability mass under the row's max for top-p), four bytes giving the
-exact threshold key; top-k's ties at that key go to the smaller ids by a per-chunk count. Rows
-whose top-k set fits in TOPK_CAP entries gather it and apply the reference's own top-p
-(``_sampling.top_c_support``); the other rows' top-p sums masses per chunk, so where the mass
-above a key lies within rounding of top_p * total the cut can differ from the reference's
-(whole-row sums), as the unsplit kernel's block sums can.
+Rows with a top-k / top-p / min-p cut take a second, sorting-free pass (``cut_support``, in
+the manner of radix-select samplers such as FlashInfer's and vLLM's) instead of the reference:
+per-chunk histograms of one byte of the order-preserving key (``_sampling.sort_key``) at a
+time, the bucket chosen in jnp (by count for top-k, by probability mass under the row's max for
+top-p), four bytes giving the exact threshold key; top-k's ties at that key go to the smaller
+ids by per-chunk counts, and min-p is a direct test of each weight. Rows whose top-k set fits
+in TOPK_CAP entries gather it and apply the reference's own top-p (``_sampling.top_c_support``):
+bit-exact. The other rows' top-p sums masses per chunk (a scatter-add, in any order on a GPU),
+so where the mass above a key lies within rounding of top_p * total the cut can differ from the
+reference's whole-row sums, as the unsplit kernel's block sums can. The histograms are jnp on
+the kernel path too (a Pallas histogram would need a compare per digit; XLA fuses these).
+Sampling rows whose max z * inv_t overflows f32 still take the reference's tokens
+(``_reference_rows``): its weights are NaN there, and how XLA compiles NaN comparisons decides
+them.
 """
 
 from __future__ import annotations
