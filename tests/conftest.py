@@ -143,6 +143,12 @@ SLOW_TESTS = {
     "constrain/test_auto_backend.py": "walks and compiles on Qwen3's vocabulary",
     "pallas/test_masked_sample_split.py": "the split kernel in interpret mode over a parameter "
                                           "product",
+    "pallas/test_masked_sample_split_cuts.py::test_cut_rows_equal_the_reference_product":
+        "the cut rows' second pass over the rest of the shape product",
+    "pallas/test_masked_sample_split_cuts.py::"
+    "test_the_second_pass_has_the_reference_support_product": "supports over the shape product",
+    "pallas/test_masked_sample_split_cuts.py::TestCutKernelInterpret": "the split kernel in "
+                                                                       "interpret mode",
     "pallas/test_spec_accept_one_residual.py": "compiles per q kind, K and dtype",
     "pallas/test_tree_accept_one_residual.py": "compiles per q kind and vocabulary; refines "
                                                "random trees with the reference",

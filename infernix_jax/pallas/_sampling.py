@@ -32,9 +32,17 @@ INT_MAX = np.int32(2**31 - 1)
 
 
 def sort_key(z):
-  """Order-preserving int32 key of f32 values (-0.0 folded onto +0.0)."""
-  bits = jax.lax.bitcast_convert_type(z + 0.0, jnp.int32)
+  """Order-preserving int32 key of f32 values (-0.0 folded onto +0.0, on the bits: XLA
+  simplifies z + 0.0 to z, which would keep -0.0 below +0.0 under jit)."""
+  bits = jax.lax.bitcast_convert_type(z, jnp.int32)
+  bits = jnp.where(bits == INT_MIN, 0, bits)
   return jnp.where(bits < 0, bits ^ np.int32(0x7FFFFFFF), bits)
+
+
+def fold_zero(z):
+  """z with -0.0 replaced by +0.0 (a select, which XLA keeps, unlike z + 0.0): the values
+  ``lax.top_k`` orders as ``sort_key`` does."""
+  return jnp.where(z == 0.0, jnp.zeros_like(z), z)
 
 
 def unpack_legal(mask, enabled, vocab_size: int, width: int):
@@ -223,6 +231,39 @@ def _top_p_key(keys, inside, w, top_p):
   return lo
 
 
+def top_c_support(z, top_vals, top_ids, small, k, inv_t, m, min_p, top_p, need_p):
+  """Top-k, min-p and top-p of the rows whose top-k set lies in C sorted entries.
+
+  Args:
+    z: f32[N, >= Vm] logits; top_vals f32[N, C] (``fold_zero``ed, -inf: no entry) and top_ids
+      i32[N, C]: entries by (key desc, id asc), holding at least the first k finite legal
+      ones; small: bool[N]; k: i32[N] (>= 1); inv_t, m, min_p, top_p: f32[N]; need_p: bool[N].
+
+  Returns:
+    (tp i32[N] top-p key threshold (INT_MIN where not need_p), cand bool[N, C]: the support).
+    Top-p keeps a key group iff the mass of the support's strictly larger keys (exclusive
+    cumsum in this order, read at the group's first entry) is < top_p * its total; the first
+    group always stays.
+  """
+  n, c = top_vals.shape
+  top_keys = sort_key(top_vals)
+  j = jnp.arange(c)[None, :]
+  w_top = jnp.exp(jnp.take_along_axis(z, top_ids, -1) * inv_t[:, None] - m[:, None])
+  top_in = (small[:, None] & (j < k[:, None]) & (top_vals > -jnp.inf)
+            & (w_top >= min_p[:, None]))
+  w_in = jnp.where(top_in, w_top, 0.0)
+  excl = jnp.cumsum(w_in, axis=-1) - w_in
+  new_group = jnp.concatenate([jnp.ones((n, 1), bool), top_keys[:, 1:] != top_keys[:, :-1]],
+                              -1)
+  start = jax.lax.cummax(jnp.where(new_group, j, 0), axis=1)
+  target = (top_p * jnp.sum(w_in, -1))[:, None]
+  kept = top_in & (jnp.take_along_axis(excl, start, -1) < target)
+  tp = jnp.where(jnp.any(kept, -1), jnp.min(jnp.where(kept, top_keys, INT_MAX), -1),
+                 top_keys[:, 0])
+  tp = jnp.where(need_p, tp, INT_MIN)
+  return tp, top_in & (top_keys >= tp[:, None])
+
+
 def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
                greedy_all: bool = True) -> Thresholds:
   """Thresholds of each row's target distribution.
@@ -261,27 +302,16 @@ def thresholds(z, legal, temperature, top_k, top_p, min_p, *,
   small = sampling & (top_k > 0) & (top_k <= c)
 
   def small_path():
-    top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], z + 0.0, -jnp.inf), c)
+    top_vals, top_ids = jax.lax.top_k(jnp.where(fin & small[:, None], fold_zero(z), -jnp.inf),
+                                     c)
     top_keys = sort_key(top_vals)
     top_ids = top_ids.astype(jnp.int32)
     kth = jnp.clip(k - 1, 0, c - 1)[:, None]
     tk = jnp.take_along_axis(top_keys, kth, -1)[:, 0]
     tid = jnp.take_along_axis(top_ids, kth, -1)[:, 0]
-    j = jnp.arange(c)[None, :]
-    w_top = jnp.exp(jnp.take_along_axis(z, top_ids, -1) * inv_t[:, None] - m[:, None])
-    top_in = (small[:, None] & (j < k[:, None]) & (top_vals > -jnp.inf)
-              & (w_top >= min_p[:, None]))
-    w_in = jnp.where(top_in, w_top, 0.0)
-    excl = jnp.cumsum(w_in, axis=-1) - w_in
-    new_group = jnp.concatenate([jnp.ones((n, 1), bool), top_keys[:, 1:] != top_keys[:, :-1]],
-                                -1)
-    start = jax.lax.cummax(jnp.where(new_group, j, 0), axis=1)
-    target = (top_p * jnp.sum(w_in, -1))[:, None]
-    kept = top_in & (jnp.take_along_axis(excl, start, -1) < target)
-    tp = jnp.where(jnp.any(kept, -1), jnp.min(jnp.where(kept, top_keys, INT_MAX), -1),
-                   top_keys[:, 0])
-    tp = jnp.where(need_p, tp, INT_MIN)
-    return tk, tid, tp, top_ids, top_in & (top_keys >= tp[:, None])
+    tp, top_cand = top_c_support(z, top_vals, top_ids, small, k, inv_t, m, min_p, top_p,
+                                 need_p)
+    return tk, tid, tp, top_ids, top_cand
 
   def no_small():
     full = lambda v: jnp.full((n,), v, jnp.int32)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from infernix_jax.pallas import _sampling, _stream, rng
-from infernix_jax.pallas._types import FLAG_EMPTY, FLAG_NONFINITE, SamplingParams
+from infernix_jax.pallas._types import SamplingParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,227 +208,17 @@ def masked_sample_reference(logits, mask, mask_enabled, params: SamplingParams, 
   return tok.astype(jnp.int32), th.flags
 
 
-# --- Split-vocabulary path: a grid over (rows, vocabulary chunks), partials combined in jnp ---
-#
-# Each chunk of a row writes its partials: the flag state (0 no legal id, 1 legal ids, 2 a legal
-# NaN / +inf), the max finite legal logit and the smallest id at it, and (sampling rows only)
-# the Gumbel-max winner of z * inv_t + g over the finite legal ids with its smallest id. The
-# noise of id v is a function of (seed, position, purpose, v) only, so chunking cannot change
-# it, and max-then-smallest-id combines exactly: the tokens equal the reference's. Rows with a
-# top-k / top-p / min-p cut take the reference's tokens (see ``_reference_rows``).
+# The split over (rows, vocabulary chunks) lives in ``masked_sample_split``; its names stay
+# readable from here (the dispatch and the tests use them through this module), loaded on first
+# use because that module builds on this one.
+_SPLIT_NAMES = ("ChunkPartials", "CutSupport", "SplitBlockSizes", "combine_partials",
+                "cut_support", "cut_tokens",
+                "masked_sample_split_kernel", "masked_sample_split_reference",
+                "split_partials_kernel", "split_partials_reference")
 
 
-@dataclasses.dataclass(frozen=True)
-class SplitBlockSizes:
-  """Split-kernel tiling: chunks of ``chunk_words * 32`` tokens (a power of two), one program
-  per (row, chunk)."""
-  chunk_words: int
-  num_warps: int
-  num_stages: int
-
-  @classmethod
-  def get_default(cls) -> "SplitBlockSizes":
-    return cls(chunk_words=64, num_warps=4, num_stages=1)
-
-
-class ChunkPartials(NamedTuple):
-  """Per (row, chunk) partials, each [R, C]."""
-  state: jax.Array   # i32: 0 no legal id, 1 legal ids, 2 a legal NaN / +inf
-  zmax: jax.Array    # f32: max finite legal z (-inf if none)
-  zarg: jax.Array    # i32: smallest id at zmax (INT_MAX if none)
-  smax: jax.Array    # f32: max finite legal z * inv_t + gumbel (-inf: none, or a greedy row)
-  sarg: jax.Array    # i32: smallest id at smax (INT_MAX if none)
-
-
-def combine_partials(p: ChunkPartials, temperature):
-  """(tokens i32[R], flags i32[R], m f32[R]) from the chunks' partials: max over chunks, ties
-  to the smaller id (what the reference's whole-row reductions give); m = max z * inv_t of
-  sampling rows (the reference's weight offset)."""
-  state = jnp.max(p.state, axis=-1)
-  zmax = jnp.max(p.zmax, axis=-1)
-  flags = jnp.where(state == 0, FLAG_EMPTY, jnp.where(
-      (state == 2) | (zmax == -jnp.inf), FLAG_NONFINITE, 0)).astype(jnp.int32)
-  greedy = jnp.min(jnp.where(p.zmax == zmax[:, None], p.zarg, _sampling.INT_MAX), axis=-1)
-  best = jnp.max(p.smax, axis=-1)
-  drawn = jnp.min(jnp.where(p.smax == best[:, None], p.sarg, _sampling.INT_MAX), axis=-1)
-  drawn = jnp.where(best > -jnp.inf, drawn, -1)
-  sampling = temperature > 0
-  tok = jnp.where(flags != 0, -1, jnp.where(sampling, drawn, greedy)).astype(jnp.int32)
-  inv_t = 1.0 / jnp.where(sampling, temperature, 1.0)
-  return tok, flags, jnp.where(sampling, zmax * inv_t, 0.0)
-
-
-def _reference_rows(tok, flags, m, args, kw):
-  """The reference's tokens where the split draw does not apply: sampling rows with a top-k /
-  top-p / min-p cut, and sampling rows whose max z * inv_t overflows f32 (where the
-  reference's weights exp(z * inv_t - m) are NaN). Skipped while no row needs it where a
-  skip is free (CPU, TPU); elsewhere computed and selected (no host-synced conditional)."""
-  params = args[3]
-  cut = (params.top_k > 0) | (params.top_p < 1.0) | (params.min_p > 0.0) | ~jnp.isfinite(m)
-  need = (params.temperature > 0) & (flags == 0) & cut
-  ref = lambda: masked_sample_reference(*args, **kw)
-  if _sampling.skip_is_free():
-    ref_tok, _ = jax.lax.cond(jnp.any(need), ref, lambda: (tok, flags))
-  else:
-    ref_tok, _ = ref()
-  return jnp.where(need, ref_tok, tok), flags
-
-
-def _chunk_layout(vm: int, chunk_words: int):
-  """(chunk words, chunks C, padded width C * chunk words * 32)."""
-  wm = -(-vm // 32)
-  cw = min(chunk_words, 1 << (wm.bit_length() - 1))
-  c = -(-wm // cw)
-  return cw, c, c * cw * 32
-
-
-@functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "chunk_words"])
-def split_partials_reference(logits, mask, mask_enabled, params: SamplingParams, seed, position,
-                             *, purpose: int = 0, vocab_size: int, chunk_words: int = 64):
-  """``ChunkPartials`` in plain jnp: [R, Vm] padded and reshaped to [R, C, L] chunks of
-  L = 32 * chunk_words (a power of two, at most the row) tokens."""
-  r, vm = check_inputs(logits, mask, mask_enabled, params, seed, position, vocab_size)
-  z = _prepare_logits(logits, params).astype(jnp.float32)
-  cw, c, width = _chunk_layout(vm, chunk_words)
-  z = jnp.pad(z, ((0, 0), (0, width - vm)), constant_values=-jnp.inf)
-  if mask is None:
-    mask_, enabled = jnp.zeros((r, 1), jnp.int32), jnp.zeros((r,), bool)
-  else:
-    mask_, enabled = mask.astype(jnp.int32), mask_enabled
-  legal = _sampling.unpack_legal(mask_, enabled, vocab_size, width).reshape(r, c, -1)
-  z = z.reshape(r, c, -1)                                                     # [R, C, L]
-  ids = jnp.arange(width, dtype=jnp.int32).reshape(1, c, -1)
-  fin = legal & jnp.isfinite(z)
-  bad = legal & ~fin & (z != -jnp.inf)
-  state = jnp.where(jnp.any(bad, -1), 2, jnp.where(jnp.any(legal, -1), 1, 0))
-  def first_max(s, ok):
-    s = jnp.where(ok, s, -jnp.inf)
-    best = jnp.max(s, -1)
-    return best, jnp.min(jnp.where(ok & (s == best[..., None]), ids, _sampling.INT_MAX), -1)
-
-  zmax, zarg = first_max(z, fin)
-  positive = params.temperature > 0
-  inv_t = 1.0 / jnp.where(positive, params.temperature, 1.0)
-  key = rng.stream_key(seed, position, purpose)
-  g = rng.gumbel(rng.random_bits(key[:, None, None], ids))
-  smax, sarg = first_max(z * inv_t[:, None, None] + g, fin & positive[:, None, None])
-  return ChunkPartials(state.astype(jnp.int32), zmax, zarg, smax, sarg)
-
-
-@functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "chunk_words"])
-def masked_sample_split_reference(logits, mask, mask_enabled, params: SamplingParams, seed,
-                                  position, *, purpose: int = 0, vocab_size: int,
-                                  chunk_words: int = 64):
-  """``masked_sample_reference`` as a plain-jnp split (same arguments and results): per-chunk
-  partials (``split_partials_reference``) combined exactly. Noise is drawn for every row here
-  (jnp cannot skip a row); the kernel skips greedy rows and empty chunks."""
-  parts = split_partials_reference(logits, mask, mask_enabled, params, seed, position,
-                                   purpose=purpose, vocab_size=vocab_size,
-                                   chunk_words=chunk_words)
-  tok, flags, m = combine_partials(parts, params.temperature)
-  return _reference_rows(tok, flags, m, (logits, mask, mask_enabled, params, seed, position),
-                         dict(purpose=purpose, vocab_size=vocab_size))
-
-
-def _split_kernel(logits_ref,  # [CW, 32]: chunk j of row i
-                  mask_ref,    # [CW] int32 words, or None
-                  fp_ref,      # [4] f32: temperature, top_p, min_p, unused
-                  ip_ref,      # [4] i32: top_k, enabled, seed bits, position
-                  zf_ref,      # [2] f32 out: zmax, smax
-                  zi_ref,      # [4] i32 out: state, zarg, sarg, unused
-                  *, vocab_size: int, purpose: int):
-  cw = logits_ref.shape[0]
-  temperature = fp_ref[0]
-  enabled, seed, position = ip_ref[1] != 0, ip_ref[2], ip_ref[3]
-  neg_inf, int_max = _stream.F32_NEG_INF, _sampling.INT_MAX
-  zf_ref[0], zf_ref[1] = neg_inf, neg_inf
-  zi_ref[0], zi_ref[1], zi_ref[2], zi_ref[3] = 0, int_max, int_max, 0
-  rows = jax.lax.broadcasted_iota(jnp.int32, (cw, 1), 0) + pl.program_id(1) * cw  # [CW, 1]
-  lanes = jax.lax.broadcasted_iota(jnp.int32, (1, 32), 1)                         # [1, 32]
-  live = pl.program_id(1) * (cw * 32) < vocab_size
-  if mask_ref is not None:
-    words = mask_ref[...]                                                         # [CW]
-    live = live & (~enabled | (jnp.max(jnp.where(words != 0, 1, 0)) > 0))
-
-  @pl.when(live)                          # chunks with no legal id are skipped
-  def _():
-    z = logits_ref[...].astype(jnp.float32)                                       # [CW, 32]
-    ids = rows * 32 + lanes
-    legal = ids < vocab_size
-    if mask_ref is not None:
-      bits = jax.lax.shift_right_logical(mask_ref[...][:, None], lanes) & 1
-      legal = legal & ((bits == 1) | ~enabled)
-    fin = legal & (jnp.abs(z) < jnp.inf)
-    n_bad = jnp.sum((legal & ~fin & ~(z == neg_inf)).astype(jnp.int32))
-    n_legal = jnp.sum(legal.astype(jnp.int32))
-    zi_ref[0] = jnp.where(n_bad > 0, 2, jnp.where(n_legal > 0, 1, 0))
-    zmax, zarg = _stream._first_max(z, fin, ids)
-    zf_ref[0], zi_ref[1] = zmax, zarg
-
-    @pl.when(temperature > 0)             # greedy rows draw no noise
-    def _():
-      key = rng.stream_key(jax.lax.bitcast_convert_type(seed, jnp.uint32), position, purpose)
-      inv_t = 1.0 / temperature
-      smax, sarg = _stream._first_max(z * inv_t + rng.gumbel(rng.random_bits(key, ids)), fin,
-                                      ids)
-      zf_ref[1], zi_ref[2] = smax, sarg
-
-
-@functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "block", "interpret",
-                                             "debug"])
-def split_partials_kernel(logits, mask, mask_enabled, params: SamplingParams, seed, position, *,
-                          purpose: int = 0, vocab_size: int,
-                          block: SplitBlockSizes | None = None, interpret: bool = False,
-                          debug: bool = False) -> ChunkPartials:
-  """``ChunkPartials`` from a Pallas grid over (rows, chunks) (what
-  ``split_partials_reference`` computes; chunks without a legal id and the noise of greedy
-  rows are skipped, leaving the empty partials)."""
-  r, vm = check_inputs(logits, mask, mask_enabled, params, seed, position, vocab_size)
-  block = block or SplitBlockSizes.get_default()
-  if block.chunk_words < 1 or block.chunk_words & (block.chunk_words - 1):
-    raise ValueError(f"{block.chunk_words=} must be a power of two")
-  cw, c, width = _chunk_layout(vm, block.chunk_words)
-  z = _prepare_logits(logits, params)
-  z = jnp.pad(z, ((0, 0), (0, width - vm)), constant_values=-jnp.inf).reshape(r, c * cw, 32)
-  enabled = jnp.zeros((r,), bool) if mask_enabled is None else mask_enabled
-  fp, ip = pack_row_params(params, enabled, seed, position)
-  kernel = functools.partial(_split_kernel, vocab_size=vocab_size, purpose=purpose)
-  in_specs = [pl.BlockSpec((None, cw, 32), lambda i, j: (i, j, 0))]
-  args = [z]
-  if mask is None:
-    kernel = functools.partial(lambda lr, *rest, k: k(lr, None, *rest), k=kernel)
-  else:
-    in_specs.append(pl.BlockSpec((None, cw), lambda i, j: (i, j)))
-    args.append(pad_mask(mask.astype(jnp.int32), c * cw))                     # [R, C * CW]
-  in_specs += [pl.BlockSpec((None, 4), lambda i, j: (i, 0))] * 2
-  zf, zi = pl.pallas_call(
-      kernel,
-      grid=(r, c),
-      in_specs=in_specs,
-      out_specs=[pl.BlockSpec((None, None, 2), lambda i, j: (i, j, 0)),
-                 pl.BlockSpec((None, None, 4), lambda i, j: (i, j, 0))],
-      out_shape=[jax.ShapeDtypeStruct((r, c, 2), jnp.float32),
-                 jax.ShapeDtypeStruct((r, c, 4), jnp.int32)],
-      compiler_params=_gpu_params(block),
-      interpret=interpret,
-      debug=debug,
-      name="masked_sample_split",
-  )(*args, fp, ip)
-  return ChunkPartials(zi[..., 0], zf[..., 0], zi[..., 1], zf[..., 1], zi[..., 2])
-
-
-@functools.partial(jax.jit, static_argnames=["purpose", "vocab_size", "block", "interpret",
-                                             "debug"])
-def masked_sample_split_kernel(logits, mask, mask_enabled, params: SamplingParams, seed,
-                               position, *, purpose: int = 0, vocab_size: int,
-                               block: SplitBlockSizes | None = None, interpret: bool = False,
-                               debug: bool = False):
-  """Split-vocabulary Pallas path of ``masked_sample`` (same arguments and results): the
-  kernel's ``ChunkPartials`` combined in jnp. Rows with a top-k / top-p / min-p cut take the
-  reference's tokens."""
-  parts = split_partials_kernel(logits, mask, mask_enabled, params, seed, position,
-                                purpose=purpose, vocab_size=vocab_size, block=block,
-                                interpret=interpret, debug=debug)
-  tok, flags, m = combine_partials(parts, params.temperature)
-  return _reference_rows(tok, flags, m, (logits, mask, mask_enabled, params, seed, position),
-                         dict(purpose=purpose, vocab_size=vocab_size))
+def __getattr__(name):
+  if name in _SPLIT_NAMES:
+    from infernix_jax.pallas import masked_sample_split
+    return getattr(masked_sample_split, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
