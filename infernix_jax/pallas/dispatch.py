@@ -240,7 +240,8 @@ def masked_sample(logits, mask, mask_enabled, params: SamplingParams, seed, posi
     return _ms.masked_sample_reference(logits, mask, mask_enabled, params, seed, position,
                                        purpose=purpose, vocab_size=vocab_size)
   # The kernel is the split over (rows, vocabulary chunks); rows with top-k / top-p / min-p
-  # cuts take the reference's tokens inside it.
+  # cuts take its two-pass cut (masked_sample_split), rows whose z / T overflows f32 the
+  # reference's tokens.
   return _ms.masked_sample_split_kernel(logits, mask, mask_enabled, params, seed, position,
                                         purpose=purpose, vocab_size=vocab_size,
                                         interpret=impl == "interpret")
