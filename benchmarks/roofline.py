@@ -766,7 +766,7 @@ def only_lanes(args, cfg: im.ModelConfig, ap: argparse.ArgumentParser) -> int:
       ap.error(f"{REPORT_JSON.relative_to(ROOT)} reports {base.get('model')} "
                f"{base.get('dtype')}, not {cfg.name or 'custom'} {cfg.dtype}: measure that "
                f"model with --model/--dtype, or rewrite the whole report without --only")
-  den = denominators(cfg.dtype, max(2, args.repeats))
+  den = denominators(cfg.dtype, max(2, args.repeats), quick=args.quick)
   entry = measure_lanes(args, cfg, engine_steps(), den)
   print("\n".join(report.lanes_section(entry)))
   if args.json:
