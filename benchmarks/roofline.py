@@ -18,7 +18,10 @@ Measured in one run, on whatever device JAX picks (CPU here, a GPU where there i
                 M = 1 also attention of 4 and 8 lanes x 1 position (a batched decode's) and
                 the KV write at the other capacities;
   thunks        the instructions of each step's compiled ENTRY computation that become runtime
-                work (`_roofline_report.entry_thunks`).
+                work (`_roofline_report.entry_thunks`);
+  lanes         decode(B) / decode(1) at B = 1, 4, 8, 16 (--lanes) for the stacked and unrolled
+                layouts, with the CPU kernels and with XLA's own ops (`_roofline_lanes`); last,
+                or alone with --only lanes.
 
 Roofline of a step or piece = max(bytes / bandwidth, FLOPs / dense rate). A step's bytes are
 every weight it streams (layers, final norm, LM head), the KV read of its span, the new K/V
@@ -28,10 +31,11 @@ new positions too).
 
   .venv/bin/python benchmarks/roofline.py [--dtype float32] [--repeats 10] [--capacity 1024]
       [--context 150] [--model SmolLM2-135M-Instruct] [--quick] [--budget S] [--json FILE]
-      [--write]
+      [--write] [--lanes 1 4 8 16] [--only lanes]
   .venv/bin/python benchmarks/roofline.py --from-json FILE --out REPORT
 
-`--write` writes docs/results/roofline.md and docs/results/roofline.json; `--from-json` renders
+`--write` writes docs/results/roofline.md and docs/results/roofline.json (with --only lanes: that
+section of the JSON replaced, the other sections kept, the page rewritten); `--from-json` renders
 a run measured elsewhere (docs/results/roofline_h200.md, from `scripts/gpu_check.sh`).
 """
 
