@@ -244,6 +244,48 @@ def _met(goal: dict) -> str:
   return {True: "met", False: "**missed**", None: "not measured"}[goal["met"]]
 
 
+def lanes_section(lanes: dict) -> list[str]:
+  """The page's lanes section (lines) from `_roofline_lanes.measure`'s entry."""
+  b0, den = lanes["lanes"][0], lanes["denominators"]
+  base = {(r["layout"], r["ops"]): r["ms"] for r in lanes["rows"] if r["lanes"] == b0}
+  by = {(r["layout"], r["ops"], r["lanes"]): r for r in lanes["rows"]}
+  head = " | ".join(f"decode({b}) ms (/ decode({b0}))" for b in lanes["lanes"])
+  lines = ["", "## Lanes: decode(B) / decode(1)", "",
+           f"Measured by `{lanes['command'].strip()}` from {lanes['started']}: "
+           f"{lanes['machine']}; device {lanes['device']}; jax {lanes['jax']}; load average "
+           f"(1 / 5 / 15 min) {lanes['load_before']} before, {lanes['load_after']} "
+           f"after (other work shared the cores: compare the ratios, not the milliseconds, "
+           f"with other sections). Random weights; KV capacity {lanes['capacity']} with "
+           f"{lanes['context']} committed positions per lane; steps: {lanes['steps_source']} "
+           f"(unmasked), B lanes x 1 position; medians of {lanes['repeats']} interleaved calls. "
+           "Stacked: one `lax.scan` over [L, ...] weights (XLA's dots for the products, the span "
+           "attention kernel where the CPU kernels run); unrolled: the engine's default "
+           "(per-layer fused weights, panel-packed products with the CPU kernels). XLA ops: the "
+           "same steps traced with the CPU kernels off, the program a GPU runs. Kernel calls: "
+           "custom calls in the compiled verify step's HLO at the first B (a loop body's "
+           f"once). Roofline: as the step shapes' above, with this run's denominators "
+           f"({den['bandwidth'] / 1e9:.1f} GB/s, {den['dense_rate'] / 1e12:.3f} TFLOP/s, "
+           f"measured beside it): weights once per step, the K/V span and FLOPs per lane.", "",
+           f"| layout | products and attention | kernel calls | span | {head} |",
+           "|---|---|---:|---:|" + "---:|" * len(lanes["lanes"])]
+  for (layout, ops), t0 in base.items():
+    cells = []
+    for b in lanes["lanes"]:
+      r = by.get((layout, ops, b))
+      cells.append("-" if r is None else f"{r['ms']:.2f} ({r['ms'] / t0:.2f})")
+    first = by[(layout, ops, b0)]
+    lines.append(f"| {layout} | {ops} | {first['kernel_calls']} | {first['span']} | "
+                 f"{' | '.join(cells)} |")
+  roof = {r["lanes"]: r for r in lanes["rows"] if (r["layout"], r["ops"]) == next(iter(base))}
+  if b0 in roof:
+    cells = [f"{roof[b]['roofline_ms']:.2f} ({roof[b]['roofline_ms'] / roof[b0]['roofline_ms']:.2f}"
+             f", {roof[b]['bound']})" if b in roof else "-" for b in lanes["lanes"]]
+    lines.append(f"| roofline | | | {roof[b0]['span']} | {' | '.join(cells)} |")
+  if lanes["skipped"]:
+    lines += ["", f"Cut short by --budget: {'; '.join(lanes['skipped'])}."]
+  return lines
+
+
 def markdown(result: dict) -> str:
   """The report page (docs/results/roofline.md) from `run`'s result."""
   den, w = result["denominators"], result["weights"]
@@ -339,6 +381,8 @@ def markdown(result: dict) -> str:
     lines += _sum_of_parts(result)
   if result["skipped"]:
     lines += ["", f"Cut short by --budget: {'; '.join(result['skipped'])}."]
+  if result.get("lanes"):
+    lines += lanes_section(result["lanes"])
   lines += ["", "## How thunks are counted", "",
             "From each step's compiled executable (`jax.jit(f).lower(...).compile().as_text()`, "
             "the optimized HLO): the instructions of the ENTRY computation, less parameter, "

@@ -18,7 +18,10 @@ Measured in one run, on whatever device JAX picks (CPU here, a GPU where there i
                 M = 1 also attention of 4 and 8 lanes x 1 position (a batched decode's) and
                 the KV write at the other capacities;
   thunks        the instructions of each step's compiled ENTRY computation that become runtime
-                work (`_roofline_report.entry_thunks`).
+                work (`_roofline_report.entry_thunks`);
+  lanes         decode(B) / decode(1) at B = 1, 4, 8, 16 (--lanes) for the stacked and unrolled
+                layouts, with the CPU kernels and with XLA's own ops (`_roofline_lanes`); last,
+                or alone with --only lanes.
 
 Roofline of a step or piece = max(bytes / bandwidth, FLOPs / dense rate). A step's bytes are
 every weight it streams (layers, final norm, LM head), the KV read of its span, the new K/V
@@ -28,10 +31,11 @@ new positions too).
 
   .venv/bin/python benchmarks/roofline.py [--dtype float32] [--repeats 10] [--capacity 1024]
       [--context 150] [--model SmolLM2-135M-Instruct] [--quick] [--budget S] [--json FILE]
-      [--write]
+      [--write] [--lanes 1 4 8 16] [--only lanes]
   .venv/bin/python benchmarks/roofline.py --from-json FILE --out REPORT
 
-`--write` writes docs/results/roofline.md and docs/results/roofline.json; `--from-json` renders
+`--write` writes docs/results/roofline.md and docs/results/roofline.json (with --only lanes: that
+section of the JSON replaced, the other sections kept, the page rewritten); `--from-json` renders
 a run measured elsewhere (docs/results/roofline_h200.md, from `scripts/gpu_check.sh`).
 """
 
@@ -59,6 +63,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+import _roofline_lanes as lanes_section  # noqa: E402
 import _roofline_report as report  # noqa: E402
 from _roofline_report import (Shape, attention_flops, layer_matrices, roofline_ms,  # noqa: E402
                               step_cost, step_shapes)
@@ -611,7 +616,32 @@ def plan(result: dict, ctx: dict, shapes: list[Shape], piece_m) -> list[tuple[st
             lambda group=group, caps=caps: measure_steps(result, ctx, group, caps))
            for group, caps in groups if group or caps]
   pieces = [(f"pieces at M={m}", lambda m=m: measure_pieces(result, ctx, m)) for m in piece_m]
-  return steps[:1] + pieces[:2] + steps[1:] + pieces[2:]
+  lanes = [("lanes", lambda: result.update(lanes=measure_lanes(
+      ctx["args"], ctx["cfg"], ctx["steps"], result["denominators"])))]
+  if ctx["args"].quick:
+    lanes = []
+  return steps[:1] + pieces[:2] + steps[1:] + pieces[2:] + lanes
+
+
+def measure_lanes(args, cfg: im.ModelConfig, steps: Steps, den: dict) -> dict:
+  """The report's lanes entry: decode(B) for B in --lanes, both layouts
+  (`_roofline_lanes.measure`), with rooflines from the denominators `den`."""
+  def make_case(own_steps, split, lanes):
+    return StepCase(own_steps, split, cfg, Shape("decode", lanes, 1), args.capacity,
+                    args.context, args.temperature)
+
+  def roofline(state, lanes, span):
+    nbytes, flops = step_cost(cfg, model_costs(cfg, state), Shape("decode", lanes, 1), span,
+                              False)
+    return roofline_ms(nbytes, flops, den)
+
+  entry = lanes_section.measure(args, cfg, steps, make_case, interleaved_ms, roofline,
+                                _timing.machine(), tuple(args.lanes))
+  entry["denominators"] = den
+  for row in entry["rows"]:
+    print(f"lanes {row['layout']:9s} {row['ops']:12s} decode({row['lanes']:2d}) "
+          f"{row['ms']:9.3f} ms", flush=True)
+  return entry
 
 
 def run(args, cfg: im.ModelConfig, emit: Callable[[dict], None]) -> dict:
@@ -685,6 +715,12 @@ def main(argv: list[str] | None = None, cfg: im.ModelConfig | None = None) -> in
                   help="measure nothing: print the report of a run's --json (one a GPU run of "
                        "scripts/gpu_check.sh brought back); with --out, write it there")
   ap.add_argument("--out", default="", help="the report's path for --from-json")
+  ap.add_argument("--lanes", type=int, nargs="+", default=list(lanes_section.LANES),
+                  help="B of the lanes section's decode(B), the first the ratios' baseline")
+  ap.add_argument("--only", choices=("lanes",), default=None,
+                  help="measure one section alone; with --write it replaces that section of "
+                       f"{REPORT_JSON.relative_to(ROOT)} and rewrites the page, keeping the "
+                       "other sections as they were measured")
   args = ap.parse_args(argv)
   if args.from_json:
     text = report.markdown(json.loads(Path(args.from_json).read_text()))
@@ -698,10 +734,14 @@ def main(argv: list[str] | None = None, cfg: im.ModelConfig | None = None) -> in
     ap.error(f"--context={args.context} must be at least 1 and leave room for {max(STEP_M)} "
              f"positions in "
              f"every capacity (--capacity={args.capacity}, {CAPACITIES})")
+  if min(args.lanes) < 1:
+    ap.error(f"--lanes={args.lanes} must all be at least 1")
   if args.quick:
     args.repeats = min(args.repeats, 3)
   args.command = "benchmarks/roofline.py " + " ".join(sys.argv[1:] if argv is None else argv)
   cfg = (cfg or presets.PRESETS[args.model]).replace(dtype=args.dtype)
+  if args.only == "lanes":
+    return only_lanes(args, cfg, ap)
 
   def emit(result: dict) -> None:
     if args.json:
@@ -714,6 +754,33 @@ def main(argv: list[str] | None = None, cfg: im.ModelConfig | None = None) -> in
     REPORT_MD.write_text(text)
     REPORT_JSON.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {REPORT_MD.relative_to(ROOT)} and {REPORT_JSON.relative_to(ROOT)}")
+  return 0
+
+
+def only_lanes(args, cfg: im.ModelConfig, ap: argparse.ArgumentParser) -> int:
+  """--only lanes: the lanes section alone; --write puts it into the report's JSON (which must
+  exist and be of the same model and dtype) and rewrites the page from it."""
+  base = None
+  if args.write:
+    if not REPORT_JSON.exists():
+      ap.error(f"--only lanes --write replaces a section of {REPORT_JSON.relative_to(ROOT)}, "
+               f"which does not exist: run without --only first")
+    base = json.loads(REPORT_JSON.read_text())
+    if (base.get("model"), base.get("dtype")) != (cfg.name or "custom", cfg.dtype):
+      ap.error(f"{REPORT_JSON.relative_to(ROOT)} reports {base.get('model')} "
+               f"{base.get('dtype')}, not {cfg.name or 'custom'} {cfg.dtype}: measure that "
+               f"model with --model/--dtype, or rewrite the whole report without --only")
+  den = denominators(cfg.dtype, max(2, args.repeats), quick=args.quick)
+  entry = measure_lanes(args, cfg, engine_steps(), den)
+  print("\n".join(report.lanes_section(entry)))
+  if args.json:
+    Path(args.json).write_text(json.dumps(entry, indent=1) + "\n")
+  if base is not None:
+    base["lanes"] = entry
+    REPORT_JSON.write_text(json.dumps(base, indent=1) + "\n")
+    REPORT_MD.write_text(report.markdown(base))
+    print(f"wrote the lanes section of {REPORT_MD.relative_to(ROOT)} and "
+          f"{REPORT_JSON.relative_to(ROOT)}")
   return 0
 
 

@@ -1,5 +1,6 @@
 """benchmarks/roofline.py end to end on the tiny model (--quick): every step shape and piece
-timed against a positive roofline, ratios consistent, thunks counted, the goals table written."""
+timed against a positive roofline, ratios consistent, thunks counted, the goals table written;
+--only lanes replaces the lanes section of an existing report and keeps the rest."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from infernix_jax.models import cpu_kernels
 from infernix_jax.testing import exact_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,6 +75,56 @@ def test_quick_run_reports_every_shape_piece_and_goal(tmp_path, capsys):
   text = capsys.readouterr().out
   assert "## Goals" in text and "| goal | measured | limit | status |" in text
   assert "decode(1) at KV capacity 4096 / 512" in text
+
+
+def _report_without_lanes(cfg) -> dict:
+  """A report's JSON as `run` writes it, with made-up figures and no lanes section."""
+  return {"command": "benchmarks/roofline.py --write", "date": "2026-01-01", "machine": "m",
+          "device": "cpu: cpu", "jax": "0", "model": cfg.name or "custom", "dtype": cfg.dtype,
+          "capacity": 512, "context": 150, "repeats": 3, "temperature": 0.0,
+          "pallas_impl": "reference", "steps_source": "s", "kernels": "k",
+          "denominators": {"bandwidth": 1e10, "dense_rate": 1e11, "bandwidth_how": "b",
+                           "dense_how": "d"},
+          "weights": {"weight_bytes": 1e6, "floor_ms": 0.1}, "steps": [], "capacities": [],
+          "xla_steps": [], "pieces": [], "skipped": [], "complete": True,
+          "goals": [{"goal": "a goal", "value": 1.0, "limit": 1.3, "met": True, "reason": ""}]}
+
+
+def test_only_lanes_replaces_that_section_and_keeps_the_others(tmp_path, monkeypatch):
+  roofline = _roofline_module()
+  cfg, _ = exact_oracle.tiny_model()
+  page, data = tmp_path / "docs/roofline.md", tmp_path / "docs/roofline.json"
+  monkeypatch.setattr(roofline, "ROOT", tmp_path)
+  monkeypatch.setattr(roofline, "REPORT_MD", page)
+  monkeypatch.setattr(roofline, "REPORT_JSON", data)
+  args = ["--only", "lanes", "--write", "--quick", "--lanes", "1", "2", "--repeats", "1",
+          "--capacity", "512"]
+  with pytest.raises(SystemExit):  # no report to put the section into
+    roofline.main(args, cfg=cfg)
+  data.parent.mkdir()
+  data.write_text(json.dumps({**_report_without_lanes(cfg), "model": "another"}))
+  with pytest.raises(SystemExit):  # a report of another model
+    roofline.main(args, cfg=cfg)
+  base = _report_without_lanes(cfg)
+  data.write_text(json.dumps(base))
+
+  assert roofline.main(args, cfg=cfg) == 0
+  result = json.loads(data.read_text())
+  lanes = result.pop("lanes")
+  assert result == base  # every other section as it was
+  kernels = cpu_kernels.available()
+  ops = ("CPU kernels", "XLA ops") if kernels else ("XLA ops",)
+  assert sorted((r["layout"], r["ops"], r["lanes"]) for r in lanes["rows"]) == sorted(
+      (layout, o, b) for layout in ("stacked", "unrolled") for o in ops for b in (1, 2))
+  for row in lanes["rows"]:
+    assert row["ms"] > 0 and row["roofline_ms"] > 0 and row["span"] == 512
+    if row["ops"] == "XLA ops":  # traced with the kernels off, the stacked layout included
+      assert row["kernel_calls"] == 0
+  assert lanes["load_before"] and lanes["load_after"] and not lanes["skipped"]
+  text = page.read_text()
+  assert "## Goals" in text and "| a goal |" in text
+  assert "## Lanes: decode(B) / decode(1)" in text
+  assert "| unrolled | XLA ops | 0 | 512 |" in text and "| roofline |" in text
 
 
 def test_entry_thunks_count_runtime_work_only():

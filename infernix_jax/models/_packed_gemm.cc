@@ -11,6 +11,14 @@
 // is and whichever block or thread computes it: a row's result does not depend on the
 // other rows in the call.
 //
+// A row block's accumulators stay in vector registers: each panel is walked in column strips
+// whose accumulators for kRowsPerPass rows fit the register file (AVX-512: 32 registers,
+// one strip of 64 columns, 24 accumulators; otherwise 16 registers, strips of 16 columns,
+// 12 accumulators: the 6 x 16 tile of AVX2 sgemm kernels). A tile wider than the register
+// file spills its accumulators to the stack at every k, and the product then costs time in
+// proportion to its rows instead of to its weight bytes. Strips change which columns are
+// computed together, not any output's chain of multiply-adds.
+//
 // Panels are shared over XLA's intra-op thread pool: the calling thread and the scheduled
 // helpers claim panels from one atomic counter, so the call finishes even when no helper
 // ever runs (the caller then does every panel).
@@ -28,8 +36,14 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int kLanes = 16;        // floats per vector
-constexpr int kRowsPerPass = 6;   // rows sharing one read of a panel (6 x 4 accumulators)
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;        // floats per vector register
+constexpr int kStrip = 64;        // columns per strip
+#else
+constexpr int kLanes = 8;
+constexpr int kStrip = 16;
+#endif
+constexpr int kRowsPerPass = 6;   // rows sharing one read of a panel
 
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -39,23 +53,28 @@ inline Vec Load(const float* p) {
   return v;
 }
 
-// Rows [0, MB) of x (row stride K) times one panel w [K, C] into y (row stride N).
+// Rows [0, MB) of x (row stride K) times one panel w [K, C] into y (row stride N), one
+// strip of W columns at a time.
 template <int MB, int C>
 inline void Block(const float* x, int64_t K, const float* w, float* y, int64_t N) {
-  constexpr int V = C / kLanes;
-  Vec acc[MB][V];
-  for (int m = 0; m < MB; ++m)
-    for (int j = 0; j < V; ++j) acc[m][j] = Vec{};
-  for (int64_t k = 0; k < K; ++k) {
-    Vec wv[V];
-    for (int j = 0; j < V; ++j) wv[j] = Load(w + k * C + j * kLanes);
-    for (int m = 0; m < MB; ++m) {
-      const float xv = x[m * K + k];
-      for (int j = 0; j < V; ++j) acc[m][j] += xv * wv[j];
+  constexpr int W = C < kStrip ? C : kStrip;
+  constexpr int V = W / kLanes;
+  for (int strip = 0; strip < C; strip += W) {
+    Vec acc[MB][V];
+    for (int m = 0; m < MB; ++m)
+      for (int j = 0; j < V; ++j) acc[m][j] = Vec{};
+    for (int64_t k = 0; k < K; ++k) {
+      Vec wv[V];
+      for (int j = 0; j < V; ++j) wv[j] = Load(w + k * C + strip + j * kLanes);
+      for (int m = 0; m < MB; ++m) {
+        const float xv = x[m * K + k];
+        for (int j = 0; j < V; ++j) acc[m][j] += xv * wv[j];
+      }
     }
+    for (int m = 0; m < MB; ++m)
+      for (int j = 0; j < V; ++j)
+        std::memcpy(y + m * N + strip + j * kLanes, &acc[m][j], sizeof(Vec));
   }
-  for (int m = 0; m < MB; ++m)
-    for (int j = 0; j < V; ++j) std::memcpy(y + m * N + j * kLanes, &acc[m][j], sizeof(Vec));
 }
 
 template <int C>
