@@ -1,7 +1,6 @@
 """The CPU kernels against FP64 numpy oracles: the panel-packed product and the span attention
 equal their FP64 functions, their rows do not depend on the row count (or the span), the
-attention's gradients are the reference's; packed models equal unpacked ones and round-trip;
-the product's time follows its weight bytes, not its rows."""
+attention's gradients are the reference's; packed models equal unpacked ones and round-trip."""
 
 
 import jax
