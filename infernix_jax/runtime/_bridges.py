@@ -94,8 +94,9 @@ class Timeline:
   Each span is (round, name, start, end) in `time.perf_counter` seconds. Names: "begin",
   "commit" (host steps), "wait:<step>" (blocked reading device results before a host step),
   "dispatch:<step>" (launching a device step; with `serial` it also waits for the result,
-  so the span is the step's device time), "propose" (a host drafter), "draft wait",
-  "lookahead", "upload".
+  so the span is the step's device time), "dispatch:next verify" (a `Prefetch`), "propose"
+  (a host drafter), "draft wait", "lookahead", "upload", "wait:round end" (the round's
+  device work finishing, a prefetched verify's included).
 
   Attributes:
     serial: block after every device step (no overlap: the reference for what overlap hides).
@@ -521,8 +522,10 @@ def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
   if timeline is not None and timeline.serial:  # every device step waited for: no overlap
     prefetch = None
   rs, _ = run_round(StagesIO(steps, timeline, st.placement, prefetch), rs, args, None, st)
-  if timeline is not None:
+  if timeline is not None:  # the round ends when its device work (a prefetch's too) is done
+    t0 = time.perf_counter()
     jax.block_until_ready(rs)
+    timeline.add("wait:round end", t0)
     timeline.round += 1
   return rs
 
