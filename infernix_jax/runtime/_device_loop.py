@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from infernix_jax.pallas import OneHotQ
-from infernix_jax.pallas._types import FLAG_NONFINITE
+from infernix_jax.pallas import FLAG_NONFINITE, OneHotQ
 from infernix_jax.runtime import _bridges, _round
 from infernix_jax.runtime.drafters import DraftInput, Proposal
 

@@ -136,7 +136,7 @@ class DraftMasks:
 
   def legal(self, state, width: int):
     """bool[B, width] legal ids at the rows' states i32[B] (all, on disabled rows)."""
-    from infernix_jax.pallas._sampling import unpack_legal
+    from infernix_jax.pallas import unpack_legal
     if self.automaton is not None:
       from infernix_jax.runtime import device_automaton
       words = device_automaton.mask(self.automaton, state)  # [B, W]
