@@ -135,3 +135,16 @@ def test_registered_from_outside_builds_and_decodes_exactly(monkeypatch):
   got = Engine(model, h.toy_vocab(), d, lanes=2, capacity=32).generate(_reqs())
   assert [r.token_ids for r in got] == [r.token_ids for r in want]
   assert sum(r.drafted for r in got) > 0
+
+
+@pytest.mark.parametrize("name,options,q_kind", [
+    ("mtp", {}, "onehot"), ("dflash", {}, "onehot"),
+    ("dflash2", {}, "sparse"), ("dflash2", {"temperature": 0.5}, "sparse"),
+    ("eagle3", {}, "onehot"), ("eagle3", {"sampling": True}, "sparse"),
+    ("dspark", {}, "onehot"), ("dspark", {"sampling": True}, "sparse")])
+def test_network_drafters_q_follows_their_temperature(name, options, q_kind):
+  """One rule for every network drafter: a network that draws its drafts at a temperature
+  hands Finish the q it drew from (and masked q applies); a greedy one hands a one-hot q."""
+  cfg, model = h.tiny_model()
+  d = drafters.create(name, {"k": 2, "weights": "random", **options}, target=(cfg, model))
+  assert (d.q_kind, d.sampling) == (q_kind, q_kind != "onehot")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +68,17 @@ class NetDrafter(Drafter):
   tree_width: int = 4  # candidate children per node
 
   on_device = True
+  # The q a network drafting at temperature > 0 hands Finish ("sparse" or "dense"); None: the
+  # network is greedy whatever its temperature (q one-hot). One rule for every network drafter.
+  sampled_q: ClassVar[str | None] = None
+
+  @property
+  def q_kind(self):  # type: ignore[override]
+    return self.sampled_q if self.sampling else "onehot"
+
+  @property
+  def sampling(self):  # type: ignore[override]
+    return self.sampled_q is not None and getattr(self.net, "temperature", 0.0) > 0
 
   def _bound(self, params):
     """The network with `params` (traced or concrete) in place of its own arrays."""

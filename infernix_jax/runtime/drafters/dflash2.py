@@ -28,8 +28,7 @@ class SparseBlock(NetDrafter):
   """`models.drafters.DFlashDrafter(sparse=True)` on the device: q = SparseQ [B, K, 16]."""
 
   name = "dflash2"
-  q_kind = "sparse"
-  sampling = True
+  sampled_q = "sparse"  # its temperature is always > 0
 
 
 def build(options: Options, context) -> SparseBlock:

@@ -18,13 +18,7 @@ class DraftModel(NetDrafter):
 
   name = "draft"
 
-  @property
-  def q_kind(self):  # type: ignore[override]
-    return "dense" if self.net.temperature > 0 else "onehot"
-
-  @property
-  def sampling(self):  # type: ignore[override]
-    return self.net.temperature > 0
+  sampled_q = "dense"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,13 +39,7 @@ class DSpark(NetDrafter):
 
   name = "dspark"
 
-  @property
-  def q_kind(self):  # type: ignore[override]
-    return "sparse" if self.net.temperature > 0 else "onehot"
-
-  @property
-  def sampling(self):  # type: ignore[override]
-    return self.net.temperature > 0
+  sampled_q = "sparse"
 
 
 def build(options: Options, context) -> DSpark:

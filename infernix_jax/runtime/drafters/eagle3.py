@@ -52,13 +52,7 @@ class Eagle3(NetDrafter):
 
   name = "eagle3"
 
-  @property
-  def q_kind(self):  # type: ignore[override]
-    return "sparse" if self.net.temperature > 0 else "onehot"
-
-  @property
-  def sampling(self):  # type: ignore[override]
-    return self.net.temperature > 0
+  sampled_q = "sparse"
 
   @property
   def feature_taps(self):  # type: ignore[override]
