@@ -10,17 +10,15 @@ import ml_collections
 from configs import train_mtp
 
 VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
+LAYERS = 2
+# Later positions weigh more: the block drafter predicts them all in one pass from the same
+# features, and with equal weights it learned only its first position.
+POSITION_WEIGHTS = (1.0, 1.5, 2.0, 2.5)
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  c = train_mtp.base(variant)
-  c.drafter = "block"
-  c.eval_drafter = "dflash"     # greedy block drafting (dflash2 shares the weights)
-  c.layers = 2
-  # Later positions weigh more: the block drafter predicts them all in one pass from the
-  # same features, and with equal weights it learned only its first position.
-  c.position_weights = (1.0, 1.5, 2.0, 2.5)
-  c.workdir = "runs/train_block" + ("_smoke" if variant == "smoke" else "")
-  c.export = ("" if variant == "smoke" else
-              "infernix_jax/models/drafters/trained/smollm2-135m-instruct.block.safetensors")
+  # greedy block drafting evaluates it (dflash2 shares the weights)
+  c = train_mtp.base(variant, "block", eval_drafter="dflash")
+  c.layers = LAYERS
+  c.position_weights = POSITION_WEIGHTS
   return c

@@ -8,20 +8,16 @@ Smoke:  python -m infernix_jax.train --config=configs/train_dspark.py:smoke   (C
 
 import ml_collections
 
-from configs import train_mtp
+from configs import train_block, train_mtp
 
 VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  c = train_mtp.base(variant)
-  c.drafter = "dspark"
-  c.eval_drafter = "dspark"     # greedy chains (sampling and trees share the weights)
-  c.layers = 2                  # backbone depth, as the block drafter's
-  # Later positions weigh more, as for the block drafter: its backbone predicts them all in
-  # one pass; the head then sees the token before each.
-  c.position_weights = (1.0, 1.5, 2.0, 2.5)
-  c.workdir = "runs/train_dspark" + ("_smoke" if variant == "smoke" else "")
-  c.export = ("" if variant == "smoke" else
-              "infernix_jax/models/drafters/trained/smollm2-135m-instruct.dspark.safetensors")
+  # Greedy chains evaluate it (sampling and trees share the weights). The backbone is the
+  # block drafter's, as deep and with its position weights: it predicts every position in one
+  # pass; the head then sees the token before each.
+  c = train_mtp.base(variant, "dspark")
+  c.layers = train_block.LAYERS
+  c.position_weights = train_block.POSITION_WEIGHTS
   return c

@@ -13,12 +13,14 @@ from configs import corpus as corpus_config
 VARIANTS = ("", "smoke")  # get_config's variants ("": the default)
 
 
-def base(variant: str = "") -> ml_collections.ConfigDict:
-  """Fields shared by the MTP and block drafter training runs (`variant` "smoke": the same
-  pipeline at toy size on a tiny random target with the embedded model's vocabulary)."""
+def base(variant: str = "", drafter: str = "mtp", eval_drafter: str = "") -> (
+    ml_collections.ConfigDict):
+  """Fields shared by the drafter training runs (`variant` "smoke": the same pipeline at toy
+  size on a tiny random target with the embedded model's vocabulary): `drafter` names the
+  network kind trained, its run directory and its exported weights file."""
   c = ml_collections.ConfigDict()
-  c.drafter = "mtp"             # network kind trained: mtp | block
-  c.eval_drafter = "mtp"        # registered drafter its evaluations draft with (takes weights)
+  c.drafter = drafter           # network kind trained: mtp | block | dspark
+  c.eval_drafter = eval_drafter or drafter  # registered drafter its evaluations draft with
   c.corpus = corpus_config.get_config(variant)  # the teacher-scored corpus (its own fields)
   c.corpus_fraction = 1.0       # train on the first fraction of the corpus
   c.draft_vocab = 8192          # Vd: the head scores the most used target ids (0 = all)
@@ -49,8 +51,8 @@ def base(variant: str = "") -> ml_collections.ConfigDict:
   c.eval_capacity = 1024
   c.eval_max_tokens = 64
   c.checkpoint_every = 100
-  c.workdir = "runs/train_mtp"  # orbax checkpoints + history (resumed when present)
-  c.export = "infernix_jax/models/drafters/trained/smollm2-135m-instruct.mtp.safetensors"
+  c.workdir = f"runs/train_{drafter}"  # orbax checkpoints + history (resumed when present)
+  c.export = f"infernix_jax/models/drafters/trained/smollm2-135m-instruct.{drafter}.safetensors"
   if variant == "smoke":
     c.draft_vocab = 512
     c.steps = 4
@@ -64,6 +66,7 @@ def base(variant: str = "") -> ml_collections.ConfigDict:
     c.eval_lanes = 1
     c.eval_max_tokens = 8
     c.checkpoint_every = 2
+    c.workdir += "_smoke"
     c.export = ""
   elif variant:
     raise ValueError(f"unknown variant {variant!r} (use '' or 'smoke')")
@@ -71,7 +74,4 @@ def base(variant: str = "") -> ml_collections.ConfigDict:
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  c = base(variant)
-  if variant == "smoke":
-    c.workdir += "_smoke"
-  return c
+  return base(variant)
