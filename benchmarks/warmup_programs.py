@@ -74,7 +74,8 @@ def tradeoff(choices: list[str], *, k: int, repeats: int) -> None:
   """Median tokens/s of the main job at 1 lane under each choice of narrow widths."""
   import statistics
 
-  from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA, frame_prompt
+  from infernix_jax.chat_template import frame_prompt
+  from infernix_jax.cli.generate import DEMO_PROMPT, DEMO_SCHEMA
   from infernix_jax.constrain import OutputConstraint
   from infernix_jax.runtime import _round
   from infernix_jax.runtime.build import EngineSpec, build_engine, load_target
