@@ -112,8 +112,14 @@ def group(c) -> tuple:
 
 
 def _engine_key(c) -> tuple:
+  """What a cell's engine is built from: the drafter's own options of the pool (a pool field
+  another drafter takes does not make another engine)."""
+  from infernix_jax.runtime import drafters
+
   d = c.drafter
-  return (c.model, d.name, d.jump_forward, tuple(sorted(d.options.items())), c.masked_q,
+  own = drafters.fields(d.name) if d.name in drafters.names() else d.options
+  return (c.model, d.name, d.jump_forward,
+          tuple(sorted((k, v) for k, v in d.options.items() if k in own)), c.masked_q,
           c.bridge, c.lanes, c.capacity, tuple(c.get("plugins", ())))
 
 
@@ -223,6 +229,8 @@ def label(ov: dict) -> str:
       parts.append(f"{name}{ov[key]}" if name else str(ov[key]))
   if "drafter.options.tree" in ov:
     parts.append("tree" if ov["drafter.options.tree"] else "chain")
+  if ov.get("drafter.options.sampling"):
+    parts.append("sampled drafts")
   if "masked_q" in ov:
     parts.append("masked q" if ov["masked_q"] else "plain q")
   if "constrained" in ov:
