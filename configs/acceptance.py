@@ -231,6 +231,7 @@ def flagship(c: ml_collections.ConfigDict) -> None:
       "under constraints across drafters; this one does, with paired intervals.")
   c.reading = "drafters"          # the summary reads the table (experiments/studies/drafter_table.py)
   c.featured = True               # the results index lists it first
+  c.shards = FLAGSHIP_SHARDS      # planned --shard=i/n split (the time plan above)
   c.workloads = FLAGSHIP_WORKLOADS
   c.per_workload = 4              # items a workload per batch (while it lasts)
   c.target_width = 0.1            # accepted length's 95% interval: +-0.05

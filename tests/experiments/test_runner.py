@@ -300,6 +300,11 @@ def test_an_override_of_a_missing_field_names_the_flag_and_the_fields():
   assert "config.drafter.options has no field 'nope' (its fields: k, weights)" in msg
   assert runner.bad_override([config, "--config.drafter.options.k=8",
                               "--config.grid.constrained=(True,)"]) is None
+  # A union of sub-grids: its axes are every field a sub-grid varies.
+  union = f"--config={_configs.ROOT / 'configs' / 'acceptance.py'}:flagship"
+  msg = runner.bad_override([union, "--config.temperatur=0.7"])
+  assert "grid's axes: constrained, drafter.jump_forward, drafter.name, drafter.options.k" in msg
+  assert runner.bad_override([union, "--config.grids.k.drafter.options.k=(2, 8)"]) is None
 
 
 def test_resume_refuses_another_code_version_unless_asked(tmp_path):
