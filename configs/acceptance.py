@@ -10,6 +10,19 @@ on the embedded SmolLM2 (study "decode").
 
 Workload items come from the validation split of the trained drafters' prompt mix where the
 ids line up (JSON schemas, BFCL questions), so no drafter saw them in training.
+
+The flagship table (`:flagship`, 74 cells, `flagship`) is planned, not run yet, at about 3.7 h
+on this 2-core CPU in 6 shards of at most 40 min each (54 min at the slowest rate seen). The
+estimate: the committed partial run of the table's former design
+(docs/results/acceptance_flagship/run/, 3 shards, same target, lanes and 48-token budget) ran
+2,528 requests in 6,301 s over its 30 running cells, each cell's closing line giving its
+seconds and requests: 2.49 s a request of cell wall clock, engine builds and warm-ups
+included (1.92-3.44 s by shard; a least-squares fit over cells gives 2.74 s a request and
+-21 s a cell). A flagship cell runs at most 73 requests (grown in batches of 20, 17, 12, 12,
+12 until its interval is 0.1 wide, capped at 72; the batch crossing the cap runs whole), so
+every cell at its cap takes 74 x 73 x 2.49 s = 3.7 h, and a shard of 13 cells
+13 x 73 x 2.49 s = 39 min (13 x 73 x 3.44 s = 54 min). Cells that reach the width stop
+earlier.
 """
 
 import ml_collections
@@ -154,18 +167,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
 #   K = 2 and 8, 4 cells, and trees against chains at a verify budget of 7, 4 cells: for
 #     FLAGSHIP_BEST, constrained, T = 0.
 # Sampled drafts are drawn at the target's temperature (0.7).
-#
-# Time plan (planned, not run yet): the committed partial run of the former design
-# (docs/results/acceptance_flagship/run/, 3 shards) ran 2,528 requests of the same target,
-# lanes and token budget in 6,301 s over its 30 running cells: 2.49 s a request, cell wall
-# clock with engine builds and warm-ups (a least-squares fit gives 2.74 s a request + -21 s a
-# cell; the slowest shard, run on a busier machine, 3.44 s). Cells grow in batches of 20, 17,
-# 12, 12, 12 requests (4 items a workload while each lasts: 8 regex items, 5 GBNF items) until
-# the 95% interval of accepted length is 0.1 wide, capped at 72 requests (the batch that
-# crosses the cap runs whole: at most 73). Every cell at its cap: 74 x 73 x 2.49 s = 3.7 h
-# (cells that reach the width stop earlier). Six shards (--shard=i/6) of 12-13 cells: at most
-# 13 x 73 x 2.49 s = 39 min each, 54 min at the slowest shard's rate.
-FLAGSHIP_SHARDS = 6
+# Batches: 4 items a workload while each lasts (8 regex items, 5 GBNF items): 20, 17, 12, ...
+# Time plan: the module docstring (74 cells x at most 73 requests x 2.49 s = 3.7 h).
+FLAGSHIP_SHARDS = 6  # shards of 12-13 cells, at most 39 min each at the committed rate
 # Drafters of the registry that draft but are not rows: "jump" is jump-forward alone (the
 # none + jump row), "draft" a separate draft model (none is shipped for the embedded target;
 # unset, it drafts with the target itself).

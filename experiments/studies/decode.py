@@ -16,8 +16,8 @@ from typing import Iterator
 import numpy as np
 
 from experiments import workloads
-from experiments.studies import decode_traces
 from experiments.runner import plots, projection, stats
+from experiments.studies import decode_traces
 
 
 def _items(c, batch: int = 0) -> list:
