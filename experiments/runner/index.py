@@ -2,12 +2,13 @@
 `python -m experiments.report --index`.
 
 One entry per study config variant that publishes (a non-empty `publish_dir`), in config file
-order, featured ones (`featured = True`: the flagship table) first: its question (the config's `question`), its headline figure with interval (the
-study's `headline(records, config)` over the committed run directory `run/`, or over the
-run directories under it, `run/<dir>/`, merged: a sweep's shards, or cells run again; where
-they hold several designs of the config, those of its current design, else of the newest
-directory's), its
-plots inline, its config and command, and the date and revision of the published run.
+order, featured ones (`featured = True`: the flagship table) first: its question (the config's
+`question`), its headline figure with interval (the study's `headline(records, config)` over
+the committed run directory `run/`, or over the run directories under it, `run/<dir>/`,
+merged: a sweep's shards, or cells run again; where they hold several designs of the config,
+those of its current design, else of the newest directory's, and a headline of an earlier
+design says so), its plots inline, its config and command (a planned shard split's: `shards`),
+and the date and revision of the published run.
 Variants whose reports are not published yet are listed apart, and so are the benchmark reports
 beside them.
 """
@@ -183,8 +184,9 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
                 if run_dirs else "")
     lines += [f"## {config.get('title') or config.study}", "",
               f"**Question.** {_question(config)}", ""]
+    earlier = _earlier_design(run_dirs, config)
     if headline:
-      lines += [f"**Headline.** {headline}", ""]
+      lines += [f"**Headline{' of its earlier design' if earlier else ''}.** {headline}", ""]
     lines += [f"Report: [{rel(summary)}]({rel(summary)}) · config `{arg}` · "
               f"`{command}` · published {_published_on(root, summary)} at git {revision}"
               + ("" if run_dirs else " · run directory not committed")
@@ -192,7 +194,7 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
               + (f" · {left_out} run directories of another design of the config left out"
                  if left_out else "")
               + (" · the committed run is of an earlier design of the config: its current "
-                 "design has not run yet" if _earlier_design(run_dirs, config) else ""),
+                 "design has not run yet" if earlier else ""),
               ""]
     pages = sorted((summary.parent / "traces").glob("*.html"))  # NNN-<cell>.html
     if pages:

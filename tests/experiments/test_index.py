@@ -4,6 +4,7 @@ command, date and revision; variants not published yet listed apart."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 
 from experiments import run as runner
@@ -63,8 +64,12 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   shutil.copytree(run / "shard0of2", run / "shard1of2")
   sharded = index.build(root=tmp_path).read_text()
   assert "2 run directories merged" in sharded and "run directory not committed" not in sharded
-  assert (page.split("**Headline.** ")[1].split("\n")[0]
-          == sharded.split("**Headline.** ")[1].split("\n")[0])
+  headline = lambda text: re.search(r"\*\*Headline[^*]*\*\* (.*)", text).group(1)  # noqa
+  assert headline(page) == headline(sharded)
+  # The run's grid (one drafter) is not the config file's: its headline says it is of an
+  # earlier design of the config.
+  assert "**Headline of its earlier design.**" in page
+  assert "the committed run is of an earlier design of the config" in page
 
 
 def test_every_published_study_has_a_headline_from_its_run(tmp_path):
@@ -74,7 +79,7 @@ def test_every_published_study_has_a_headline_from_its_run(tmp_path):
   published = [e for e in entries if e.startswith(("Not published", "Benchmark")) is False]
   assert len(published) >= 9
   for entry in published:
-    assert "**Headline.** " in entry, entry.splitlines()[0]
+    assert re.search(r"\*\*Headline( of its earlier design)?\.\*\* ", entry), entry.splitlines()[0]
   assert "[" in page.split("**Headline.** ")[1].split("\n")[0]  # an interval, 'x [lo, hi]'
 
 
