@@ -232,10 +232,14 @@ def bad_override(argv: list[str]) -> str | None:
       if not hasattr(node, "keys") or key not in node:
         where = "config" + "".join(f".{k}" for k in keys[:depth])
         here = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "(not a group)"
-        top = ", ".join(sorted(k for k in config.keys() if k != "grid"))
-        axes = ", ".join(sorted(config.grid.keys())) if "grid" in config else "none"
+        top = ", ".join(sorted(k for k in config.keys() if k not in ("grid", "grids")))
+        try:
+          axes = ", ".join(path for path, _ in sweep.axes(config)) or "none"
+        except ValueError:
+          axes = "unreadable"
         return (f"--config.{'.'.join(keys)}: {where} has no field {key!r}"
-                + (f" (its fields: {here})" if depth and keys[0] != "grid" else "")
+                + (f" (its fields: {here})" if depth and keys[0] not in ("grid", "grids")
+                   else "")
                 + f". The config's fields: {top}; its grid's axes: {axes}. Overrides change "
                   "fields the config declares (--config.FIELD=VALUE for every cell, "
                   "--config.grid.AXIS=(...) for a declared axis); --grid FIELD=V1,V2 adds an "

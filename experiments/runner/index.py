@@ -2,10 +2,13 @@
 `python -m experiments.report --index`.
 
 One entry per study config variant that publishes (a non-empty `publish_dir`), in config file
-order: its question (the config's `question`), its headline figure with interval (the
-study's `headline(records, config)` over the committed run directory `run/`, or over the
-run directories under it, `run/<dir>/`, merged: a sweep's shards, or cells run again), its
-plots inline, its config and command, and the date and revision of the published run.
+order, featured ones (`featured = True`: the flagship table) first: its question (the config's
+`question`), its headline figure with interval (the study's `headline(records, config)` over
+the committed run directory `run/`, or over the run directories under it, `run/<dir>/`,
+merged: a sweep's shards, or cells run again; where they hold several designs of the config,
+those of its current design, else of the newest directory's, and a headline of an earlier
+design says so), its plots inline, its config and command (a planned shard split's: `shards`),
+and the date and revision of the published run.
 Variants whose reports are not published yet are listed apart, and so are the benchmark reports
 beside them.
 """
@@ -67,6 +70,57 @@ def _run_dirs(run: Path) -> list[Path]:
       else []
 
 
+def _one_design(run_dirs: list[Path], config) -> tuple[list[Path], int]:
+  """(the run directories to merge, how many were left out): all of them where they hold one
+  config; else those of `config`'s current design, or, where none is, those of the newest
+  directory's (a redesigned study whose new shards are committed beside the old ones)."""
+  designs = _designs(run_dirs)
+  if len(set(designs.values())) <= 1:
+    return run_dirs, 0
+  want = _canonical(config)
+  if want not in designs.values():
+    want = designs[run_dirs[-1]]
+  kept = [d for d in run_dirs if designs[d] == want]
+  return kept, len(run_dirs) - len(kept)
+
+
+def _designs(run_dirs: list[Path]) -> dict[Path, str]:
+  from experiments.runner import store
+
+  return {d: store.canonical(json.loads((d / "config.json").read_text())) for d in run_dirs}
+
+
+def _canonical(config) -> str:
+  from experiments.runner import store
+
+  return store.canonical(config.to_dict())
+
+
+def _earlier_design(run_dirs: list[Path], config) -> bool:
+  """Whether a redesigned study's merged run directories all predate its current design (its
+  grid's cells differ): they are another sweep than the one its command runs."""
+  import ml_collections
+
+  from experiments.runner import sweep
+
+  if not run_dirs or _canonical(config) in _designs(run_dirs).values():
+    return False
+  ran = ml_collections.ConfigDict(json.loads((run_dirs[0] / "config.json").read_text()))
+  try:
+    return {c.id for c in sweep.cells(ran)} != {c.id for c in sweep.cells(config)}
+  except ValueError:  # a grid the runner no longer reads
+    return True
+
+
+def _command(arg: str, config) -> str:
+  """The command that publishes a study: one run, or its planned shards and their merge."""
+  n = int(config.get("shards", 1) or 1)
+  if n <= 1:
+    return f"python -m experiments.run --config={arg} --publish"
+  return (f"python -m experiments.run --config={arg} --shard=i/{n}` for i = 0..{n - 1}, then "
+          f"`python -m experiments.report results/{config.study}/*-shard*of{n} --publish")
+
+
 def _headline(run_dirs: list[Path], config_dict: dict) -> str:
   """The study's headline figure over the committed run directories ("" where the study has
   no headline or no run directory is committed)."""
@@ -102,7 +156,7 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
                        "publish_dir")
     seen[folder] = arg
     summary = root / folder / "summary.md"
-    command = f"python -m experiments.run --config={arg} --publish"
+    command = _command(arg, config)
     if not summary.exists():
       pending.append((config, arg, folder, command))
       continue
@@ -115,8 +169,9 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
            "computed from the committed run directory (`run/`, or the run directories "
            "under it merged) with its 95% bootstrap "
            "interval; the study's summary states the unit of resampling.", ""]
+  published.sort(key=lambda entry: not entry[0].get("featured", False))  # featured first
   for config, arg, folder, command, summary in published:
-    run_dirs = _run_dirs(root / folder / "run")
+    run_dirs, left_out = _one_design(_run_dirs(root / folder / "run"), config)
     revisions = []
     for run_dir in run_dirs:
       env_file = run_dir / "environment.json"
@@ -129,12 +184,17 @@ def build(root: Path = ROOT, out: Path | None = None) -> Path:
                 if run_dirs else "")
     lines += [f"## {config.get('title') or config.study}", "",
               f"**Question.** {_question(config)}", ""]
+    earlier = _earlier_design(run_dirs, config)
     if headline:
-      lines += [f"**Headline.** {headline}", ""]
+      lines += [f"**Headline{' of its earlier design' if earlier else ''}.** {headline}", ""]
     lines += [f"Report: [{rel(summary)}]({rel(summary)}) · config `{arg}` · "
               f"`{command}` · published {_published_on(root, summary)} at git {revision}"
               + ("" if run_dirs else " · run directory not committed")
-              + (f" · {len(run_dirs)} run directories merged" if len(run_dirs) > 1 else ""),
+              + (f" · {len(run_dirs)} run directories merged" if len(run_dirs) > 1 else "")
+              + (f" · {left_out} run directories of another design of the config left out"
+                 if left_out else "")
+              + (" · the committed run is of an earlier design of the config: its current "
+                 "design has not run yet" if earlier else ""),
               ""]
     pages = sorted((summary.parent / "traces").glob("*.html"))  # NNN-<cell>.html
     if pages:

@@ -23,6 +23,8 @@ Drafters (their device work per round):
          plus the LM head at one position;
   block  dflash, dflash2: one step of `layers` target-width decoder layers plus the LM head
          over K positions;
+  spark  dspark: the block step's layers over K positions, then K sequential steps of its
+         head (a gated MLP of 5 D^2 weights) plus the LM head at one position;
   model  draft: K sequential steps of a separate draft model (a `ModelConfig`).
 
 What it leaves out: sampling and mask application (small next to a verify at these sizes),
@@ -71,7 +73,7 @@ TARGETS = (model_config.SMOLLM2_135M, model_config.QWEN3_0_6B, model_config.QWEN
 
 DRAFTER_KIND = {"none": "host", "ngram": "host", "jump": "host", "suffix": "host",
                 "mtp": "chain", "eagle3": "chain", "dflash": "block", "dflash2": "block",
-                "draft": "model"}
+                "dspark": "spark", "draft": "model"}
 BLOCK_LAYERS = 2  # the shipped block drafters' depth
 
 
@@ -114,6 +116,12 @@ def draft_seconds(hw: Hardware, shape: ModelConfig, drafter: str, k: int, *, lan
     return step_seconds(hw, BLOCK_LAYERS * layer_weights(shape) + head_weights(shape),
                         lanes=lanes, positions=k, context=context, attn_layers=BLOCK_LAYERS,
                         shape=shape)
+  if kind == "spark":
+    backbone = step_seconds(hw, BLOCK_LAYERS * layer_weights(shape), lanes=lanes, positions=k,
+                            context=context, attn_layers=BLOCK_LAYERS, shape=shape)
+    head = step_seconds(hw, 5 * shape.dim ** 2 + head_weights(shape), lanes=lanes,
+                        positions=1, context=0, attn_layers=0, shape=shape)
+    return backbone + k * head
   if draft_shape is None:
     raise ValueError(f"drafter {drafter!r} runs a separate draft model: give its shape")
   return k * target_seconds(hw, draft_shape, lanes=lanes, positions=1, context=context)

@@ -130,6 +130,66 @@ def paired_ratio(pairs: Sequence[tuple], statistic: Callable[[list], float], *, 
   return _interval([(list(a), list(b)) for a, b in pairs], ratio, seed, resamples, level)
 
 
+def _paired_of_sums(sums: Sequence[Sequence[float]], combine: Callable, name: str, *,
+                    seed: int, resamples: int, level: float) -> tuple[float, float, float]:
+  """combine(A, B) of the ratio-of-sums figures A = sum(a_num) / sum(a_den) and
+  B = sum(b_num) / sum(b_den) over n pairs, with the paired bootstrap interval: every resample
+  draws whole pairs (the draws of `paired_ratio` with the same seed) and weights each pair's
+  four sums [n] by how often it was drawn, all resamples in one [R, n] x [n] product."""
+  _check(level)
+  a_num, a_den, b_num, b_den = (np.asarray(x, float) for x in sums)
+  if not (a_num.ndim == 1 and a_num.shape == a_den.shape == b_num.shape == b_den.shape):
+    raise ValueError(f"{name}: the four sums must be one value per pair each; got shapes "
+                     f"{[x.shape for x in (a_num, a_den, b_num, b_den)]}")
+  n = len(a_num)
+  if not n:
+    raise ValueError(f"{name}: no pairs to resample")
+
+  def value(w):  # w [..., n] -> combine over the weighted pairs
+    with np.errstate(invalid="ignore", divide="ignore"):
+      return combine((w @ a_num) / (w @ a_den), (w @ b_num) / (w @ b_den))
+
+  point = float(value(np.ones(n)))
+  if n == 1:
+    return point, float("nan"), float("nan")
+  rows = _resample_rows(n, seed, resamples)
+  flat = (rows + n * np.arange(resamples)[:, None]).ravel()
+  weights = np.bincount(flat, minlength=resamples * n).reshape(resamples, n).astype(float)
+  values = value(weights)
+  low, high = _quantiles(np.where(np.isfinite(values), values, np.nan), level)
+  return point, float(low), float(high)
+
+
+def paired_ratio_of_sums(a_num, a_den, b_num, b_den, *, seed: int = 0,
+                         resamples: int = RESAMPLES,
+                         level: float = LEVEL) -> tuple[float, float, float]:
+  """(sum(a_num) / sum(a_den)) / (sum(b_num) / sum(b_den)) with its paired bootstrap interval,
+  given each pair's sums on side a and side b [n] (e.g. accepted length = (accepted drafts +
+  rounds) / rounds over a prompt's requests in two cells): `paired_ratio` of that figure,
+  the same draws with the same seed (so the same interval), without a Python statistic per
+  resample. A resample whose denominators sum to 0 is left out of the quantiles.
+
+  Raises:
+    ValueError: no pairs, sums of different lengths, or a level outside (0, 1).
+  """
+  return _paired_of_sums((a_num, a_den, b_num, b_den), np.divide, "paired_ratio_of_sums",
+                         seed=seed, resamples=resamples, level=level)
+
+
+def paired_difference_of_sums(a_num, a_den, b_num, b_den, *, seed: int = 0,
+                              resamples: int = RESAMPLES,
+                              level: float = LEVEL) -> tuple[float, float, float]:
+  """As `paired_ratio_of_sums`, for the difference of the two figures (in their own units,
+  e.g. tokens per round): `paired_difference` of a ratio-of-sums figure.
+
+  Raises:
+    ValueError: no pairs, sums of different lengths, or a level outside (0, 1).
+  """
+  return _paired_of_sums((a_num, a_den, b_num, b_den), np.subtract,
+                         "paired_difference_of_sums", seed=seed, resamples=resamples,
+                         level=level)
+
+
 def bootstrap_each(units: Sequence, statistic: Callable[[list], Sequence[float]], *,
                    seed: int = 0, resamples: int = RESAMPLES,
                    level: float = LEVEL) -> list[tuple[float, float, float]]:

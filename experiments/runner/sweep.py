@@ -1,4 +1,5 @@
-"""Cells of a study: the config's `grid` expanded into runs, each with a stable id.
+"""Cells of a study: the config's `grid` (or union of sub-grids) expanded into runs, each with
+a stable id.
 
 A config may hold a `grid` ConfigDict that mirrors the config's own fields with a tuple of
 values at each leaf:
@@ -10,6 +11,23 @@ The cells are the cartesian product over the axes in the grid's key order (ml_co
 iterates keys sorted by name), the first axis outermost; a study may run them grouped by
 what they share (`group`). A config without a grid is one cell. `with_axes` adds or replaces
 axes from the command line (`--grid temperature=0.0,0.7`).
+
+A table whose axes depend on each other (jump-forward only under a constraint, trees only for
+drafters that grow them, an ablation on a few rows) is a union of sub-grids instead: `grids`
+holds named grids, each a product as above, expanded in name order.
+
+  c.grids.constrained.constrained = (True,)
+  c.grids.constrained.drafter.jump_forward = (True,)
+  c.grids.free.constrained = (False,)
+
+Every cell of a union names every field that any sub-grid varies (a field its own sub-grid
+does not vary holds the config's value), so a cell that two sub-grids spell alike has one id
+and runs once: the first in sweep order keeps its place, and `Cell.blocks` names every
+sub-grid that holds it. Axes of a `grid` beside `grids` (and `--grid` axes) are crossed with
+every sub-grid, replacing a sub-grid's own axis over the same field.
+
+Shards (`shard`) deal the cells round-robin by sweep index: every shard of n holds
+len(cells) // n or one more cells, the same ones on every call.
 """
 
 from __future__ import annotations
@@ -23,6 +41,7 @@ from typing import Any
 import ml_collections
 
 GRID = "grid"
+GRIDS = "grids"  # named sub-grids whose union is the sweep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,24 +53,21 @@ class Cell:
     id: "field=value,field=value" over the grid axes ("base" without a grid): the key that
       resume and the reports use.
     overrides: dotted field -> value.
-    config: the study config with the overrides applied (its `grid` removed), locked.
+    config: the study config with the overrides applied (its `grid` and `grids` removed),
+      locked.
+    blocks: the sub-grids (`grids` entries) that spell this cell, in name order (empty for
+      a single grid).
   """
 
   index: int
   id: str
   overrides: dict
   config: ml_collections.ConfigDict
+  blocks: tuple[str, ...] = ()
 
 
-def axes(config: ml_collections.ConfigDict) -> list[tuple[str, tuple]]:
-  """The grid's (dotted field, values) pairs in key order.
-
-  Raises:
-    ValueError: a grid leaf that is not a non-empty tuple/list, or a field the config lacks.
-  """
-  grid = config.get(GRID)
-  if grid is None:
-    return []
+def _walk(config, grid, where: str) -> list[tuple[str, tuple]]:
+  """(dotted field, values) of one grid's leaves in key order, each a field of `config`."""
   out = []
 
   def walk(node, prefix):
@@ -62,12 +78,77 @@ def axes(config: ml_collections.ConfigDict) -> list[tuple[str, tuple]]:
       elif isinstance(value, (tuple, list)) and len(value) > 0:
         out.append((path, tuple(value)))
       else:
-        raise ValueError(f"grid.{path} = {value!r}: a grid axis is a non-empty tuple of values")
+        raise ValueError(f"{where}.{path} = {value!r}: a grid axis is a non-empty tuple of "
+                         "values")
 
   walk(grid, "")
   for path, _ in out:
-    _lookup(config, path, where=f"grid.{path}")
+    _lookup(config, path, where=f"{where}.{path}")
   return out
+
+
+def _order(path: str) -> list[str]:
+  return path.split(".")  # a nested grid's key order, for fields of several grids
+
+
+def sub_grids(config: ml_collections.ConfigDict) -> list[tuple[str, list[tuple[str, tuple]]]]:
+  """(name, axes) of each sub-grid of `grids` in name order, each with the axes of `grid`
+  crossed in (replacing its own over the same field); [("", grid axes)] without `grids`.
+
+  Raises:
+    ValueError: a grid leaf that is not a non-empty tuple/list, a field the config lacks, or
+      a `grids` that is not a non-empty group of named grids (each named).
+  """
+  grid = config.get(GRID)
+  common = _walk(config, grid, GRID) if grid is not None else []
+  grids = config.get(GRIDS)
+  if grids is None:
+    return [("", common)]
+  if not isinstance(grids, ml_collections.ConfigDict) or not len(grids):
+    raise ValueError(f"{GRIDS} = {grids!r}: a union of sub-grids is a group of named grids "
+                     f"(c.{GRIDS}.NAME.FIELD = (V1, V2, ...))")
+  out = []
+  for name, block in grids.items():
+    if not isinstance(block, ml_collections.ConfigDict):
+      raise ValueError(f"{GRIDS}.{name} = {block!r}: a sub-grid is a group of axes "
+                       f"(c.{GRIDS}.{name}.FIELD = (V1, V2, ...))")
+    own = dict(_walk(config, block, f"{GRIDS}.{name}"))
+    own.update(common)
+    out.append((name, sorted(own.items(), key=lambda kv: _order(kv[0]))))
+  return out
+
+
+def axes(config: ml_collections.ConfigDict) -> list[tuple[str, tuple]]:
+  """The sweep's (dotted field, values) pairs in key order: the grid's axes; for a union of
+  sub-grids every field some sub-grid varies, with every value a cell takes there (the
+  config's own where a sub-grid does not vary it).
+
+  Raises:
+    ValueError: as `sub_grids`.
+  """
+  blocks = sub_grids(config)
+  if len(blocks) == 1 and not blocks[0][0]:
+    return blocks[0][1]
+  paths = sorted({p for _, ax in blocks for p, _ in ax}, key=_order)
+  out = []
+  for path in paths:
+    values = []
+    for _, ax in blocks:
+      own = dict(ax)
+      for v in own[path] if path in own else (_lookup(config, path, where=path),):
+        v = _like(v, _lookup(config, path, where=path))
+        if v not in values:
+          values.append(v)
+    out.append((path, tuple(values)))
+  return out
+
+
+def _like(value: Any, current: Any) -> Any:
+  """An integer given for a float field, as the float the cell's config holds (so 0 and 0.0
+  spell one cell of a union)."""
+  if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+    return float(value)
+  return value
 
 
 def _lookup(config, path: str, *, where: str):
@@ -82,7 +163,7 @@ def _lookup(config, path: str, *, where: str):
 def _leaves(config, prefix: str = "") -> list[str]:
   out = []
   for key, value in config.items():
-    if key == GRID and not prefix:
+    if key in (GRID, GRIDS) and not prefix:
       continue
     if isinstance(value, ml_collections.ConfigDict):
       out += _leaves(value, f"{prefix}{key}.")
@@ -120,7 +201,8 @@ def _coerce(text: str, current: Any, where: str) -> Any:
 
 def with_axes(config: ml_collections.ConfigDict, specs: Sequence[str]) -> ml_collections.ConfigDict:
   """A copy of `config` with each spec `FIELD=V1,V2,...` as the grid axis over that field
-  (added, or replacing an axis the config declares). Values are split on commas and take the
+  (added, or replacing an axis the config declares; with sub-grids, crossed with each of
+  them, replacing a sub-grid's axis over the same field). Values are split on commas and take the
   type of the field's value; a spec whose values start with '[' or '(' is one Python list
   literal of values (for tuple-valued fields).
 
@@ -172,10 +254,11 @@ def cell_id(overrides: dict) -> str:
 
 
 def apply(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
-  """A copy of `config` without its grid and with `overrides` set (types are checked)."""
+  """A copy of `config` without its grid(s) and with `overrides` set (types are checked)."""
   out = ml_collections.ConfigDict(config.to_dict())
-  if GRID in out:
-    del out[GRID]
+  for key in (GRID, GRIDS):
+    if key in out:
+      del out[key]
   for path, value in overrides.items():
     *parents, leaf = path.split(".")
     node = out
@@ -190,14 +273,32 @@ def apply(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.
 
 
 def cells(config: ml_collections.ConfigDict) -> list[Cell]:
-  """Every cell of the sweep, in order."""
-  ax = axes(config)
-  names = [name for name, _ in ax]
-  out = []
-  for i, combo in enumerate(itertools.product(*(values for _, values in ax))):
-    overrides = dict(zip(names, combo))
-    out.append(Cell(i, cell_id(overrides), overrides, apply(config, overrides)))
-  return out
+  """Every cell of the sweep, in order: the grid's product, or the union of the sub-grids'
+  products in name order with cells spelled alike kept once (at their first place)."""
+  blocks = sub_grids(config)
+  if len(blocks) == 1 and not blocks[0][0]:
+    ax = blocks[0][1]
+    names = [name for name, _ in ax]
+    out = []
+    for i, combo in enumerate(itertools.product(*(values for _, values in ax))):
+      overrides = dict(zip(names, combo))
+      out.append(Cell(i, cell_id(overrides), overrides, apply(config, overrides)))
+    return out
+  paths = sorted({p for _, ax in blocks for p, _ in ax}, key=_order)
+  base = {p: _lookup(config, p, where=p) for p in paths}
+  found: dict[str, tuple[dict, list]] = {}  # id -> (overrides, blocks), in first-seen order
+  for name, ax in blocks:
+    names = [p for p, _ in ax]
+    for combo in itertools.product(*(values for _, values in ax)):
+      given = {p: _like(v, base[p]) for p, v in zip(names, combo)}
+      overrides = {p: given.get(p, base[p]) for p in paths}
+      key = cell_id(overrides)
+      if key not in found:
+        found[key] = (overrides, [])
+      if name not in found[key][1]:
+        found[key][1].append(name)
+  return [Cell(i, key, overrides, apply(config, overrides), tuple(spelled))
+          for i, (key, (overrides, spelled)) in enumerate(found.items())]
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -290,5 +391,7 @@ def select(all_cells: list[Cell], config: ml_collections.ConfigDict,
 
 
 def shard(all_cells: list[Cell], i: int, n: int) -> list[Cell]:
-  """Every n-th cell starting at i (by sweep index)."""
+  """Every n-th cell starting at i (by sweep index): shards of one sweep are disjoint, cover
+  it, and differ by at most one cell; the same config gives the same shard on every call (so
+  a shard resumes)."""
   return [c for c in all_cells if c.index % n == i]

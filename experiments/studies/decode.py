@@ -17,6 +17,7 @@ import numpy as np
 
 from experiments import workloads
 from experiments.runner import plots, projection, stats
+from experiments.studies import decode_traces
 
 
 def _items(c, batch: int = 0) -> list:
@@ -112,8 +113,14 @@ def group(c) -> tuple:
 
 
 def _engine_key(c) -> tuple:
+  """What a cell's engine is built from: the drafter's own options of the pool (a pool field
+  another drafter takes does not make another engine)."""
+  from infernix_jax.runtime import drafters
+
   d = c.drafter
-  return (c.model, d.name, d.jump_forward, tuple(sorted(d.options.items())), c.masked_q,
+  own = drafters.fields(d.name) if d.name in drafters.names() else d.options
+  return (c.model, d.name, d.jump_forward,
+          tuple(sorted((k, v) for k, v in d.options.items() if k in own)), c.masked_q,
           c.bridge, c.lanes, c.capacity, tuple(c.get("plugins", ())))
 
 
@@ -223,6 +230,8 @@ def label(ov: dict) -> str:
       parts.append(f"{name}{ov[key]}" if name else str(ov[key]))
   if "drafter.options.tree" in ov:
     parts.append("tree" if ov["drafter.options.tree"] else "chain")
+  if ov.get("drafter.options.sampling"):
+    parts.append("sampled drafts")
   if "masked_q" in ov:
     parts.append("masked q" if ov["masked_q"] else "plain q")
   if "constrained" in ov:
@@ -245,7 +254,14 @@ def interval(records, c) -> tuple[float, float, float]:
 
 
 def headline(records, c) -> str:
-  """The index's headline: the cell with the longest accepted length, with its interval."""
+  """The index's headline: the cell with the longest accepted length, with its interval (a
+  drafter table's: its winner under the constraint against n-gram + jump-forward, paired)."""
+  if c.get("reading", "") == "drafters":
+    from experiments.studies import drafter_table
+
+    said = drafter_table.headline(records, c)
+    if said:
+      return said
   by_cell = collections.defaultdict(list)
   for r in records:
     if r.get("kind") == "request":
@@ -419,45 +435,6 @@ def _compile_cell(m: dict) -> str:
   return f"{m['warmup_xla_compile_s']:.1f} / {m['xla_compile_s']:.1f} ({m['xla_compiles']})"
 
 
-TRACES = "traces"  # the folder of a summary's trace pages
-
-
-def _trace_pages(records, ov, out: Path) -> list[str]:
-  """One page per kept trace (`trace_first` requests of each cell) under out/traces/, and a
-  table linking them with their accepted length and token origins."""
-  from infernix_jax import trace_page
-
-  for stale in sorted((out / TRACES).glob("*.html")):  # pages of an earlier report
-    stale.unlink()
-  kept = [r for r in records if r.get("kind") == "trace"]
-  if not kept:
-    return []
-  rows = []
-  for n, r in enumerate(kept):
-    facts = trace_page.summary(r["trace"])
-    rest = {k: v for k, v in ov.get(r["cell"], r.get("overrides", {})).items()
-            if not k.startswith("drafter.")}  # the trace names the drafter (with jump-forward)
-    cell = " ".join(x for x in (f"{facts['drafter']} K={facts['k']}", label(rest))
-                    if x != "base")
-    name = f"{TRACES}/{n:03d}-{_slug(cell)}.html"
-    trace_page.write([r["trace"]], out / name, title=f"{cell}: {r['item']}")
-    origins = ", ".join(f"{k} {v}" for k, v in sorted(facts["origins"].items()))
-    rows.append([f"[{cell}]({name})", r["item"], f"{facts['accepted_length']:.2f}",
-                 facts["tokens"], origins])
-  return ["### Traces", "",
-          "The first requests of each cell decoded with a per-token trace (`trace_first`): "
-          "each page colours every output token by its origin and shows, per position, the "
-          "drafts, the target's top candidates and the legal-set size. Traced requests run in "
-          "the cell's timed call (tracing costs about 2% of tokens/s: "
-          "`docs/results/trace_overhead.md`).", "",
-          plots.table(["cell (page)", "prompt", "accepted length", "tokens", "origins"], rows,
-                      "llrrl"), ""]
-
-
-def _slug(text: str) -> str:
-  return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")[:60] or "base"
-
-
 def _projection_rows(cells, ov, by_cell, c) -> list:
   """Per drafting cell: the projected speedup on each (hardware, target) of
   `projection.columns()`, 'x [lo, hi]' from the accepted length's interval (the speedup
@@ -514,12 +491,17 @@ def summarize(records, c, out: Path) -> str:
                  sum(r["finish_reason"] == "length" for r in rs),
                  sum(r["jump_forward_tokens"] for r in rs)])
   split = ", validation split of the drafters' prompt mix" if c.split else ""
+  table = c.get("reading", "") == "drafters"  # the summary reads a drafter table first
   parts = [c.get("description", ""), "",
            f"Model: {c.model or 'embedded SmolLM2-135M-Instruct (Q4_1 GGUF, f32)'}; workloads "
            f"{', '.join(c.workloads)} ({c.per_workload} each"
            f"{split}); "
-           f"{c.max_tokens or 'per-item'} tokens; {c.lanes} lanes.", "",
-           plots.table(["cell", "requests", "accepted length",
+           f"{c.max_tokens or 'per-item'} tokens; {c.lanes} lanes.", ""]
+  if table:
+    from experiments.studies import drafter_table
+
+    parts += drafter_table.reading(records, c) + ["## Every cell", ""]
+  parts += [plots.table(["cell", "requests", "accepted length",
                         f"acceptance by draft position 1..{k_max}", "tokens/s",
                         "XLA compile s: warm-up / timed (compiles)", "host % of round",
                         "valid / completed", "hit max_tokens", "jump-forward drafts"], rows), ""]
@@ -545,8 +527,8 @@ def summarize(records, c, out: Path) -> str:
                          xlabel="draft position", ylabel="P(accepted | drafted)",
                          dodge=min(0.3 / max(len(pos), 1), 0.05))
       parts += [f"![acceptance by position]({name})", ""]
-  parts += _trace_pages(records, ov, out)
-  projected = _projection_rows(cells, ov, by_cell, c)
+  parts += decode_traces.pages(records, ov, out)
+  projected = [] if table else _projection_rows(cells, ov, by_cell, c)
   if projected:
     parts += ["### Speedup projected onto other hardware and targets", "",
               "Decode speedup over ordinary decoding if each cell's measured acceptance held "
@@ -562,8 +544,8 @@ def summarize(records, c, out: Path) -> str:
               "`docs/results/projection_check_h200.md` on an H200).", "",
               plots.table(["cell", *[f"{hw.name} {shape.name}" for hw, shape
                                      in projection.columns()]], projected), ""]
-  effects = _effects(cells, ov, by_cell)
-  parts += _reading(cells, ov, by_cell, effects)
+  effects = [] if table else _effects(cells, ov, by_cell)
+  parts += [] if table else _reading(cells, ov, by_cell, effects)
   if effects:
     parts += ["### Effect of one axis", "",
               "Pairs of cells that differ in that axis only: accepted length with it on / "

@@ -4,6 +4,7 @@ command, date and revision; variants not published yet listed apart."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 
 from experiments import run as runner
@@ -63,8 +64,12 @@ def test_index_lists_a_published_study_with_its_plots_and_command(tmp_path):
   shutil.copytree(run / "shard0of2", run / "shard1of2")
   sharded = index.build(root=tmp_path).read_text()
   assert "2 run directories merged" in sharded and "run directory not committed" not in sharded
-  assert (page.split("**Headline.** ")[1].split("\n")[0]
-          == sharded.split("**Headline.** ")[1].split("\n")[0])
+  headline = lambda text: re.search(r"\*\*Headline[^*]*\*\* (.*)", text).group(1)  # noqa
+  assert headline(page) == headline(sharded)
+  # The run's grid (one drafter) is not the config file's: its headline says it is of an
+  # earlier design of the config.
+  assert "**Headline of its earlier design.**" in page
+  assert "the committed run is of an earlier design of the config" in page
 
 
 def test_every_published_study_has_a_headline_from_its_run(tmp_path):
@@ -74,5 +79,40 @@ def test_every_published_study_has_a_headline_from_its_run(tmp_path):
   published = [e for e in entries if e.startswith(("Not published", "Benchmark")) is False]
   assert len(published) >= 9
   for entry in published:
-    assert "**Headline.** " in entry, entry.splitlines()[0]
+    assert re.search(r"\*\*Headline( of its earlier design)?\.\*\* ", entry), entry.splitlines()[0]
   assert "[" in page.split("**Headline.** ")[1].split("\n")[0]  # an interval, 'x [lo, hi]'
+
+
+def test_featured_study_comes_first_with_its_sharded_command_and_one_design(tmp_path):
+  """A featured config's entry leads the index and shows its planned shards' command; run
+  directories of two designs of a config merge only those of its current design (else of the
+  newest directory's)."""
+  (tmp_path / "configs").mkdir()
+  for name, extra in (("alpha", ""), ("beta", "  c.featured = True\n  c.shards = 3\n")):
+    (tmp_path / "configs" / f"{name}.py").write_text(
+        "import ml_collections\n\n\ndef get_config():\n"
+        "  c = ml_collections.ConfigDict()\n  c.study = 'exactness'\n"
+        f"  c.title = '{name.title()}'\n  c.question = 'What does {name} show?'\n"
+        f"  c.publish_dir = 'docs/results/{name}'\n  c.samples = 1\n{extra}  return c\n")
+    (tmp_path / f"docs/results/{name}").mkdir(parents=True)
+    (tmp_path / f"docs/results/{name}/summary.md").write_text(f"# {name}\n")
+  page = index.build(root=tmp_path).read_text()
+  assert page.index("## Beta") < page.index("## Alpha")
+  assert ("`python -m experiments.run --config=configs/beta.py --shard=i/3` for i = 0..2, then "
+          "`python -m experiments.report results/exactness/*-shard*of3 --publish`") in page
+  assert "`python -m experiments.run --config=configs/alpha.py --publish`" in page
+  import json
+
+  import ml_collections
+
+  current = ml_collections.ConfigDict({"study": "exactness", "samples": 1})
+  dirs = []
+  for i, samples in enumerate((2, 1, 1, 3)):
+    d = tmp_path / "run" / f"d{i}"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"study": "exactness", "samples": samples}))
+    dirs.append(d)
+  assert index._one_design(dirs, current) == ([dirs[1], dirs[2]], 2)
+  assert index._one_design(dirs[1:3], current) == (dirs[1:3], 0)
+  other = ml_collections.ConfigDict({"study": "exactness", "samples": 9})
+  assert index._one_design(dirs, other) == ([dirs[3]], 3)  # none current: the newest's

@@ -43,3 +43,19 @@ def test_compute_bound_verify_costs_its_positions():
   assert s == pytest.approx(1.5 / 5, rel=0.05)
   with pytest.raises(ValueError, match="drafter 'mystery': no cost model"):
     pj.draft_seconds(pj.H200, presets.QWEN3_8B, "mystery", 4, lanes=1, context=1)
+
+
+def test_dspark_pays_a_block_pass_and_k_head_steps():
+  """DSpark: the backbone's two layers over K positions once, then per draft its gated-MLP
+  head (W_in [2D, 2D], W_out [D, D]) and the LM head at one position."""
+  w, hw = presets.QWEN3_8B, pj.H200
+  step = lambda weights, positions, layers: (  # noqa: E731  the roofline, one lane
+      max((2 * weights + 256 * layers * 2 * w.num_kv_heads * w.head_dim * 2)
+          / hw.hbm_bytes_per_s,
+          (2 * weights * positions + 4 * positions * 256 * layers * w.num_heads * w.head_dim)
+          / hw.bf16_flops) + hw.step_overhead_s)
+  want = (step(2 * pj.layer_weights(w), 4, 2)
+          + 4 * step(5 * w.dim * w.dim + pj.head_weights(w), 1, 0))
+  got = pj.draft_seconds(hw, w, "dspark", 4, lanes=1, context=256)
+  assert got == pytest.approx(want, rel=1e-12)
+  assert pj.draft_seconds(hw, w, "dflash", 4, lanes=1, context=256) < got

@@ -70,6 +70,80 @@ def test_bad_grids_and_shards_name_the_field():
   assert sweep.parse_shard("1/3") == (1, 3)
 
 
+def _union():
+  """Three sub-grids of the counter-example config; "dense" and "exact" both spell
+  dense/exact, and "alpha" varies a field the others leave at the config's value."""
+  c = _config()
+  del c.grid
+  c.grids = ml_collections.ConfigDict()
+  c.grids.dense = ml_collections.ConfigDict(
+      {"drafter": ("counterexample/dense",), "rule": ("exact", "drop-illegal")})
+  c.grids.exact = ml_collections.ConfigDict(
+      {"drafter": ("counterexample/dense", "counterexample/sparse"), "rule": ("exact",)})
+  c.grids.alpha = ml_collections.ConfigDict({"alpha": (0.01,)})
+  return c
+
+
+UNION_IDS = [  # the sub-grids in name order, each cell naming every field any of them varies
+    "alpha=0.01,drafter=counterexample/dense,rule=exact",
+    "alpha=0.001,drafter=counterexample/dense,rule=exact",
+    "alpha=0.001,drafter=counterexample/dense,rule=drop-illegal",
+    "alpha=0.001,drafter=counterexample/sparse,rule=exact"]
+
+
+def test_sub_grids_expand_to_their_union_with_repeats_kept_once():
+  c = _union()
+  cells = sweep.cells(c)
+  assert [x.id for x in cells] == UNION_IDS and [x.index for x in cells] == [0, 1, 2, 3]
+  assert [x.blocks for x in cells] == [("alpha",), ("dense", "exact"), ("dense",), ("exact",)]
+  assert cells[0].config.alpha == 0.01 and cells[0].config.rule == "exact"
+  assert cells[3].config.drafter == "counterexample/sparse" and cells[3].config.alpha == 0.001
+  assert "grids" not in cells[3].config and "grid" not in cells[3].config
+  # As a run directory's config.json gives it back (tuples as lists): the same cells.
+  back = ml_collections.ConfigDict(json.loads(json.dumps(c.to_dict())))
+  assert [x.id for x in sweep.cells(back)] == UNION_IDS
+  assert dict(sweep.axes(c)) == {"alpha": (0.01, 0.001),
+                                 "drafter": ("counterexample/dense", "counterexample/sparse"),
+                                 "rule": ("exact", "drop-illegal")}
+  # An integer for a float field spells the float's cell: 0 and 0.0 are one cell.
+  c.grids.zero = ml_collections.ConfigDict({"alpha": (0,)})
+  c.grids.zero_f = ml_collections.ConfigDict({"alpha": (0.0,)})
+  assert [x.blocks for x in sweep.cells(c)][-1] == ("zero", "zero_f")
+  # A grid beside the sub-grids (as --grid adds) is crossed with each, replacing their axis.
+  crossed = sweep.with_axes(_union(), ["rule=exact,drop-illegal"])
+  assert [x.id for x in sweep.cells(crossed)] == [
+      "alpha=0.01,drafter=counterexample/dense,rule=exact",
+      "alpha=0.01,drafter=counterexample/dense,rule=drop-illegal",
+      *UNION_IDS[1:3],
+      "alpha=0.001,drafter=counterexample/sparse,rule=exact",
+      "alpha=0.001,drafter=counterexample/sparse,rule=drop-illegal"]
+  # --only selects over the union's axes and values.
+  assert [x.id for x in sweep.select(cells, c, ["alpha=0.01"])] == UNION_IDS[:1]
+  with pytest.raises(ValueError, match="'0.5' not among the axis's values 0.01, 0.001"):
+    sweep.select(cells, _union(), ["alpha=0.5"])
+  bad = _union()
+  bad.grids.oops = ml_collections.ConfigDict({"nonexistent": (1,)})
+  with pytest.raises(ValueError, match="grids.oops.nonexistent: the config has no field"):
+    sweep.cells(bad)
+  bad = _union()
+  bad.grids.flat = 3
+  with pytest.raises(ValueError, match="grids.flat = 3: a sub-grid is a group of axes"):
+    sweep.cells(bad)
+
+
+def test_a_union_runs_in_shards_that_resume_and_merge(tmp_path):
+  c = _union()
+  shards = [_run(c, tmp_path, shard=f"{i}/2") for i in range(2)]
+  ran = [sorted(_measurements(d)) for d in shards]
+  assert ran == [sorted(UNION_IDS[0::2]), sorted(UNION_IDS[1::2])]
+  assert _run(c, tmp_path, shard="0/2") == shards[0]  # resumed: nothing left to run
+  assert sorted(_measurements(shards[0])) == ran[0]
+  _, records, failures = report.merge(shards)
+  assert not failures
+  assert list(dict.fromkeys(r["cell"] for r in records)) == UNION_IDS  # sweep order
+  assert "4 of 4 cells done" in report.build(shards, out_dir=tmp_path / "m").read_text()
+
+
 @pytest.mark.parametrize("array", [(0, 1, 4), (1, 1, 4), (0, 2, 3)])
 def test_slurm_array_tasks_partition_the_cells(array):
   """Faked SLURM job-array variables (--array=first-...:step with `count` tasks) set the default
@@ -226,6 +300,11 @@ def test_an_override_of_a_missing_field_names_the_flag_and_the_fields():
   assert "config.drafter.options has no field 'nope' (its fields: k, weights)" in msg
   assert runner.bad_override([config, "--config.drafter.options.k=8",
                               "--config.grid.constrained=(True,)"]) is None
+  # A union of sub-grids: its axes are every field a sub-grid varies.
+  union = f"--config={_configs.ROOT / 'configs' / 'acceptance.py'}:flagship"
+  msg = runner.bad_override([union, "--config.temperatur=0.7"])
+  assert "grid's axes: constrained, drafter.jump_forward, drafter.name, drafter.options.k" in msg
+  assert runner.bad_override([union, "--config.grids.k.drafter.options.k=(2, 8)"]) is None
 
 
 def test_resume_refuses_another_code_version_unless_asked(tmp_path):

@@ -146,3 +146,48 @@ def test_bootstrap_ratio_is_the_bootstrap_of_a_ratio_of_sums():
     stats.bootstrap_ratio([], [])
   with pytest.raises(ValueError, match="one value per unit"):
     stats.bootstrap_ratio([1.0, 2.0], [1.0])
+
+
+def _accepted_sums(rng, n, scale):
+  """Per prompt: rounds and accepted drafts of two cells on the same prompt, where the prompt
+  sets a shared rate (10x spread) and cell a accepts `scale` times as many drafts."""
+  rate = rng.uniform(0.05, 0.9, size=n)
+  rounds_b = rng.integers(8, 40, size=n).astype(float)
+  rounds_a = rng.integers(8, 40, size=n).astype(float)
+  acc_b = rng.binomial(4 * rounds_b.astype(int), rate / 2).astype(float)
+  acc_a = rng.binomial(4 * rounds_a.astype(int), np.minimum(scale * rate / 2, 1)).astype(float)
+  return acc_a + rounds_a, rounds_a, acc_b + rounds_b, rounds_b
+
+
+def test_paired_of_sums_is_the_paired_bootstrap_of_two_ratio_figures():
+  """Accepted length (accepted + rounds) / rounds of two cells over the same prompts: the
+  ratio and difference with their paired intervals equal a direct numpy bootstrap that draws
+  whole prompts (both cells' sums at once) from `default_rng(seed).integers(0, n, (R, n))`,
+  and the generic `paired_ratio` over the prompts' records (the same draws)."""
+  rng = np.random.default_rng(21)
+  a_num, a_den, b_num, b_den = _accepted_sums(rng, 50, 1.3)
+  ratio = stats.paired_ratio_of_sums(a_num, a_den, b_num, b_den, seed=3, resamples=800)
+  diff = stats.paired_difference_of_sums(a_num, a_den, b_num, b_den, seed=3, resamples=800)
+  rows = np.random.default_rng(3).integers(0, 50, size=(800, 50))
+  fa = a_num[rows].sum(1) / a_den[rows].sum(1)
+  fb = b_num[rows].sum(1) / b_den[rows].sum(1)
+  point_a, point_b = a_num.sum() / a_den.sum(), b_num.sum() / b_den.sum()
+  np.testing.assert_allclose(ratio, (point_a / point_b, *np.percentile(fa / fb, [2.5, 97.5])),
+                             rtol=1e-9)
+  np.testing.assert_allclose(diff, (point_a - point_b, *np.percentile(fa - fb, [2.5, 97.5])),
+                             rtol=1e-9)
+  pairs = [([{"n": a, "d": b}], [{"n": c, "d": d}])
+           for a, b, c, d in zip(a_num, a_den, b_num, b_den)]
+  figure = lambda rs: sum(r["n"] for r in rs) / sum(r["d"] for r in rs)  # noqa: E731
+  np.testing.assert_allclose(ratio, stats.paired_ratio(pairs, figure, seed=3, resamples=800),
+                             rtol=1e-9)
+  # Paired: the prompts' shared rate cancels, so the ratio's interval is narrower than the
+  # one the two cells' unpaired intervals allow.
+  _, lo_a, hi_a = stats.bootstrap_ratio(a_num, a_den, seed=3)
+  _, lo_b, hi_b = stats.bootstrap_ratio(b_num, b_den, seed=4)
+  assert ratio[2] - ratio[1] < 0.6 * (hi_a / lo_b - lo_a / hi_b)
+  assert np.isnan(stats.paired_ratio_of_sums([3.0], [2.0], [2.0], [2.0])[1])  # one pair
+  with pytest.raises(ValueError, match="no pairs"):
+    stats.paired_ratio_of_sums([], [], [], [])
+  with pytest.raises(ValueError, match="one value per pair"):
+    stats.paired_difference_of_sums([1.0, 2.0], [1.0, 1.0], [1.0], [1.0])
