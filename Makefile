@@ -48,14 +48,16 @@ serve: setup
 	$(VPY) -m pip install -q -e '.[serve]' $(PIP_FILTER)
 	$(VPY) -m infernix_jax.cli serve $(SERVE_ARGS)
 
-# The whole suite (CI runs this one), on one pytest worker per core (pytest-xdist).
+# The whole suite (CI runs this one), on one pytest worker per core (pytest-xdist); an idle
+# worker takes queued tests from the busy one (worksteal), so the suite does not end on one
+# worker's backlog.
 test: setup-test
-	$(VPY) -m pytest -q -n auto --durations=20 tests
+	$(VPY) -m pytest -q -n auto --dist worksteal --durations=20 tests
 
 # The inner loop: tests on tiny models and host code only; the tests marked slow (the embedded
 # SmolLM2, the studies' smoke runs, the server) are left to `make test`.
 test-fast: setup-test
-	$(VPY) -m pytest -q -n auto --durations=20 -m "not slow" tests
+	$(VPY) -m pytest -q -n auto --dist worksteal --durations=20 -m "not slow" tests
 
 # Study extras (plots, ICD-10-CM codes, other vocabularies) over the core install.
 setup-study: setup
