@@ -328,7 +328,7 @@ def _effects(cells, ov, by_cell) -> list:
   return rows
 
 
-LEARNED = ("mtp", "eagle3", "dflash", "dflash2", "draft")  # drafters with trained networks
+LEARNED = ("mtp", "eagle3", "dflash", "dflash2", "dspark", "draft")  # drafters with networks
 
 
 def _reading(cells, ov, by_cell, effects) -> list[str]:
