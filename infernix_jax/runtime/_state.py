@@ -43,8 +43,9 @@ class DecodeState:
   @classmethod
   def empty(cls, cache, draft) -> "DecodeState":
     """B free lanes over `cache` (lengths as the cache has them, anchors and positions 0)."""
-    zeros = jnp.zeros(cache.lengths.shape, jnp.int32)
-    return cls(cache=cache, anchor=zeros, position=zeros, draft=draft)
+    b = cache.lengths.shape  # two buffers: a compiled loop donates the state leaf by leaf
+    return cls(cache=cache, anchor=jnp.zeros(b, jnp.int32), position=jnp.zeros(b, jnp.int32),
+               draft=draft)
 
 
 def commit_lanes(lengths, anchor, position, tokens, counts):
