@@ -16,8 +16,9 @@ class KVCache:
   """Keys and values of every layer for B lanes of capacity S.
 
   Entries at positions `>= lengths[b]` are scratch: `verify` writes draft keys there and
-  the engine commits a prefix by raising `lengths`, or rolls back by leaving them as they
-  were. Nothing else marks an entry valid, so rollback costs nothing.
+  the engine commits a prefix by raising `lengths` by the host's committed counts
+  (`runtime._state.commit_lanes`), or rolls back by leaving them as they were. Nothing else
+  marks an entry valid, so rollback costs nothing.
 
   Capacity: writes at positions >= S are dropped, so keep S >= the longest committed
   length + P (the verify scratch). Masked entries still enter the attention product with

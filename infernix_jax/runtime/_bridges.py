@@ -20,9 +20,9 @@ from jax.experimental import io_callback
 
 from infernix_jax import mask_layout
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _placement, _round, _tree
+from infernix_jax.runtime import _placement, _round, _state, _tree
 from infernix_jax.runtime import trace as _trace
-from infernix_jax.runtime._round import (_JIT, RoundArgs, RoundInputs, RoundState, RoundStatics,
+from infernix_jax.runtime._round import (_JIT, RoundArgs, RoundInputs, RoundStatics,
                                          advance_step, attention_span, automaton_step,
                                          clear_step, logprobs_step, min_tokens_step,
                                          propose_step, run_round, tree_automaton_step,
@@ -116,18 +116,20 @@ class Prefetch:
   """The next round's verify of ordinary decoding (K = 0), dispatched before the host's
   commit so that the device runs it while the host commits (grammar sessions included).
 
-  At commit time the device knows what the host will decide for every lane that goes on: its
-  next anchor is the token Finish produced and its length grows by one. So `StagesIO`
-  dispatches the verify of [that token] at those lengths right after Finish, then commits on
-  the host. The next round takes the prefetched result only when its verify would have been
-  the same call: the round state's cache is the prefetch's own output (no admission, forced
-  close or clear in between), its lengths are the predicted ones (no lane failed, retired or
-  was admitted), the same attention span, no drafts. Otherwise it verifies as usual over the
-  prefetch's cache: the prefetch only wrote each lane's anchor slot, which that verify writes
-  again. Tokens are the same either way.
+  Every lane that can go on will most likely commit the one token Finish produced. So
+  `StagesIO` applies those counts on the device (`_state.commit_lanes`: the commit's own
+  rule, over Finish's tokens, with no host read) and dispatches the verify of the predicted
+  anchors at the predicted lengths right after Finish, then commits on the host. When the
+  host's counts are the predicted ones, the round's committed state is the prefetch's input,
+  and the next round takes the result if its verify is the same call: its state's cache is
+  that round's own (no admission, retired lane, forced close or clear in between), the same
+  attention span, no drafts. Otherwise it verifies as usual over the prefetch's cache: the
+  prefetch only wrote each lane's anchor slot, which that verify writes again. Tokens are the
+  same either way.
 
   Attributes:
-    pending: (lengths i32[B], span, logits, hidden, cache) of the dispatched verify, or None.
+    pending: [counts i32[B], span, logits, hidden, cache, the committed cache it is valid
+      for (None until the host's counts confirm it)] of the dispatched verify, or None.
     hits, misses: rounds that took / could not take a pending prefetch.
   """
 
@@ -135,27 +137,32 @@ class Prefetch:
     self.pending = None
     self.hits = self.misses = 0
 
-  def take(self, cache, lengths, drafts, span):
+  def confirm(self, counts, committed_cache) -> None:
+    """The host's counts of the round: the prefetch holds for `committed_cache` when they
+    are the predicted ones."""
+    if self.pending is not None and np.array_equal(np.asarray(counts), self.pending[0]):
+      self.pending[5] = committed_cache
+
+  def take(self, cache, drafts, span):
     """The pending (logits, hidden, cache) if a verify of these arguments would equal it."""
     p, self.pending = self.pending, None
     if p is None:
       return None
-    ok = (cache is p[4] and drafts.shape[1] == 0 and span == p[1]
-          and np.array_equal(np.asarray(lengths), p[0]))
-    if not ok:
+    if not (cache is p[5] and drafts.shape[1] == 0 and span == p[1]):
       self.misses += 1
       return None
     self.hits += 1
     return p[2], p[3], p[4]
 
 
-def _first_token(tokens):
-  """i32[B] the first token of each lane's produced tokens [B, P] (-1 read as 0: such a
-  lane failed and its prefetch is never taken)."""
-  return jnp.maximum(tokens[:, 0], 0)
+def _predict(lengths, anchor, position, tokens, counts):
+  """The committed (lengths, anchor) if each lane commits counts[b] of Finish's tokens
+  (`_state.commit_lanes`; -1 read as 0: such a lane failed and its prefetch is never
+  taken)."""
+  return _state.commit_lanes(lengths, anchor, position, jnp.maximum(tokens, 0), counts)[:2]
 
 
-_FIRST_TOKEN = jax.jit(_first_token)
+_PREDICT = jax.jit(_predict)
 
 
 class StagesIO:
@@ -164,16 +171,20 @@ class StagesIO:
   With a `Prefetch` (ordinary decoding on one device), the commit step first dispatches the
   next round's verify (`Prefetch`) and the round hands that verify's cache on."""
 
-  def __init__(self, steps: HostCallbacks, timeline: Timeline | None = None, placement=None,
+  def __init__(self, steps: HostCallbacks, ds: _state.DecodeState,
+               timeline: Timeline | None = None, placement=None,
                prefetch: Prefetch | None = None):
     self.steps, self.timeline, self.placement = steps, timeline, placement
+    self.ds = ds  # the round's state as it started (the prefetch's anchors)
     self.prefetch = prefetch if placement is None else None
     self._verify = None  # (graphdef, state, taps, cache out) of this round's verify
     self._next_cache = None  # the prefetched verify's cache (this round's own was donated)
+    self._begin = None  # the host's numpy DraftInput of this round (host drafters)
 
-  def span(self, lengths, p, cache):
-    """Host lengths are known: attend over a bucketed span, not the whole capacity."""
-    return attention_span(lengths, p, cache.capacity)
+  def span(self, p, cache):
+    """The host knows each lane's committed length from the counts its commits returned
+    (`HostState.kv_lengths`): attend over a bucketed span, not the whole capacity."""
+    return attention_span(self.steps.host.kv_lengths(), p, cache.capacity)
 
   def propose(self, drafter, params, state, inp):
     """A device drafter's jitted propose step, or a host drafter's call on numpy inputs.
@@ -184,7 +195,7 @@ class StagesIO:
     if drafter.on_device:
       return self.device(propose_step, drafter, params, state, inp)
     t0 = time.perf_counter()
-    prop, state = drafter.propose(None, state, inp)
+    prop, state = drafter.propose(None, state, self._begin)  # numpy: the host's own view
     stats = self.steps.host.stats
     stats["begin_seconds"] += time.perf_counter() - t0
     if self.timeline is not None:
@@ -235,19 +246,34 @@ class StagesIO:
       self._dispatch_next_verify(args[1])
     tl = self.timeline
     if tl is None:
-      return getattr(self.steps, name)(*jax.device_get(args))
-    t0 = time.perf_counter()
-    args = jax.device_get(args)
-    tl.add(f"wait:{name}", t0)
-    t0 = time.perf_counter()
-    out = getattr(self.steps, name)(*args)
-    tl.add(name, t0)
+      out = getattr(self.steps, name)(*jax.device_get(args))
+    else:
+      t0 = time.perf_counter()
+      args = jax.device_get(args)
+      tl.add(f"wait:{name}", t0)
+      t0 = time.perf_counter()
+      out = getattr(self.steps, name)(*args)
+      tl.add(name, t0)
+    if name == "begin":
+      self._begin = out.draft
     return out
+
+  def commit(self, ds, cache, tokens, counts):
+    """The host's counts applied on the device (`_state.commit`); with a prefetch, into the
+    prefetched verify's cache (this round's own was donated to it)."""
+    rows = self.placement.rows if self.placement is not None else _placement.host_copies
+    tokens_d, counts_d = rows((tokens, counts))
+    ds = _state.commit(ds, tokens_d, counts_d, cache=cache)
+    if self._next_cache is not None:
+      ds = dataclasses.replace(ds, cache=self._next_cache.with_lengths(ds.cache.lengths))
+      self._next_cache = None
+      self.prefetch.confirm(counts, ds.cache)
+    return ds
 
   def device(self, fn, *args, **static):
     if fn is verify_step and self.prefetch is not None:
-      graphdef, state, cache, lengths, _, drafts = args
-      got = self.prefetch.take(cache, lengths, drafts, static["span"])
+      graphdef, state, cache, _, _, drafts = args
+      got = self.prefetch.take(cache, drafts, static["span"])
       self._verify = (graphdef, state, static["taps"])
       if got is not None:
         self._verify = (*self._verify, got[2])
@@ -281,15 +307,17 @@ class StagesIO:
                        for x in h.lanes], bool)
     if not active.any():
       return
-    lengths = (h.lengths + active).astype(np.int32)
-    span = attention_span(lengths, 1, cache.capacity)
-    drafts = np.zeros((lengths.shape[0], 0), np.int32)
+    counts = active.astype(np.int32)
+    span = attention_span(h.kv_lengths() + counts, 1, cache.capacity)
+    drafts = np.zeros((counts.shape[0], 0), np.int32)
     t0 = time.perf_counter()
-    out = _JIT[verify_step](graphdef, state, cache, *_placement.host_copies((lengths,)),
-                            _FIRST_TOKEN(tokens), drafts, span=span, taps=taps)
+    lengths, anchor = _PREDICT(cache.lengths, self.ds.anchor, self.ds.position, tokens,
+                               *_placement.host_copies((counts,)))
+    out = _JIT[verify_step](graphdef, state, cache.with_lengths(lengths), None, anchor, drafts,
+                            span=span, taps=taps)
     if self.timeline is not None:
       self.timeline.add("dispatch:next verify", t0)
-    self.prefetch.pending = (lengths, span, *out)
+    self.prefetch.pending = [counts, span, *out, None]
     self._next_cache = out[2]
 
   def masks(self, constrained, drafts, n):
@@ -358,8 +386,6 @@ class StagesIO:
                        vocab_size=st.vocab_size, eos_ids=st.eos_ids)
 
   def clear(self, rows, drafter, cache, state):
-    if self._next_cache is not None:  # the prefetch took this round's cache (donated)
-      cache, self._next_cache = self._next_cache, None
     rows = np.asarray(rows)
     if not rows.any():
       return cache, state
@@ -381,8 +407,12 @@ class CallbackIO:
   def __init__(self, steps: HostCallbacks, shapes: dict):
     self.steps, self.shapes = steps, shapes
 
-  def span(self, lengths, p, cache):
+  def span(self, p, cache):
     return None  # traced lengths: one compiled loop attends over the whole capacity
+
+  def commit(self, ds, cache, tokens, counts):
+    """The host's counts applied inside the compiled loop (`_state.commit`, traced)."""
+    return _state.commit(ds, tokens, counts, cache=cache, jit=False)
 
   def traced(self) -> bool:
     return False  # the engine refuses traced requests on this bridge (submit)
@@ -495,7 +525,8 @@ def _shapes(b: int, k: int, w: int, c: int) -> dict:
 
 
 @functools.partial(jax.jit, static_argnames=("io", "st", "rounds"), donate_argnames=("rs",))
-def _loop(rs: RoundState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics, rounds: int):
+def _loop(rs: _state.DecodeState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics,
+          rounds: int):
   def body(carry):
     i, stop, rs = carry
     rs, stop = run_round(io, rs, args, stop, st)
@@ -512,16 +543,16 @@ def _loop(rs: RoundState, args: RoundArgs, *, io: CallbackIO, st: RoundStatics, 
 _CALLBACK_IO: dict[tuple, CallbackIO] = {}  # per shape; the host is set before each call
 
 
-def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
+def run_stages(host, rs: _state.DecodeState, args: RoundArgs, st: RoundStatics,
                timeline: Timeline | None = None, prefetch: Prefetch | None = None
-               ) -> RoundState:
+               ) -> _state.DecodeState:
   """One round on the `stages` bridge (spans recorded into `timeline` when given; the next
   round's verify dispatched before the commit with a `Prefetch`)."""
   steps = HostCallbacks()
   steps.host, steps.seed = host, np.asarray(args.seed)
   if timeline is not None and timeline.serial:  # every device step waited for: no overlap
     prefetch = None
-  rs, _ = run_round(StagesIO(steps, timeline, st.placement, prefetch), rs, args, None, st)
+  rs, _ = run_round(StagesIO(steps, rs, timeline, st.placement, prefetch), rs, args, None, st)
   if timeline is not None:  # the round ends when its device work (a prefetch's too) is done
     t0 = time.perf_counter()
     jax.block_until_ready(rs)
@@ -530,8 +561,8 @@ def run_stages(host, rs: RoundState, args: RoundArgs, st: RoundStatics,
   return rs
 
 
-def run_callback(host, rs: RoundState, args: RoundArgs, st: RoundStatics, rounds: int,
-                 stop_when) -> RoundState:
+def run_callback(host, rs: _state.DecodeState, args: RoundArgs, st: RoundStatics, rounds: int,
+                 stop_when) -> _state.DecodeState:
   """Up to `rounds` rounds in one compiled loop on the `callback` bridge. A host drafter's
   state leaves the traced carry for the loop's duration: its callbacks keep it."""
   key = (st.lanes, st.drafter.k, st.words, st.drafter.candidates)
@@ -543,10 +574,10 @@ def run_callback(host, rs: RoundState, args: RoundArgs, st: RoundStatics, rounds
   on_host = not st.drafter.on_device
   if on_host:
     steps.drafter, steps.draft_state = st.drafter, rs.draft
-    rs = RoundState(rs.cache, None)
+    rs = dataclasses.replace(rs, draft=None)
   rs = _loop(rs, args, io=io, st=st, rounds=rounds)
   jax.block_until_ready(rs)
   if on_host:
-    rs = RoundState(rs.cache, steps.draft_state)
+    rs = dataclasses.replace(rs, draft=steps.draft_state)
     steps.drafter = steps.draft_state = None
   return rs

@@ -8,15 +8,17 @@ inside one compiled `lax.while_loop`, with the host's two steps written on the d
 
   begin  -> each lane's draft limit from its remaining tokens and draft cap;
   commit -> the tokens each lane keeps (cut after the last produced token, after EOS unless
-            the request ignores it, at max_tokens), its next anchor, length, position and
-            remaining tokens; a lane stops at EOS, at max_tokens and on a kernel flag.
+            the request ignores it, at max_tokens) and its remaining tokens; a lane stops at
+            EOS, at max_tokens and on a kernel flag. The counts go into the DecodeState by
+            the round's one commit rule (`_state.commit_lanes`), as the host's do.
 
 The loop leaves after N rounds, when no lane is live, or (when requests wait for a lane)
 when a lane stops. The host then replays each round's Finish outputs through its ordinary
 commit (`HostState.commit`), so results, streaming events, stop strings and errors are the
 per-round ones; they only arrive N rounds at a time, and a cancellation takes effect at the
 next loop. A stop string ends its request at replay; the rounds the loop ran past it are
-dropped. Tokens equal N = 1: the loop attends over the span the stages bridge would use for
+dropped. The replay checks that the host kept, round by round, the counts the device
+committed for every lane that goes on. Tokens equal N = 1: the loop attends over the span the stages bridge would use for
 these rounds (it runs fewer rounds rather than cross a span bucket).
 
 Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, N rounds.
@@ -42,16 +44,12 @@ class LoopLanes:
   """Per-lane state the loop carries (what the host's begin and commit read and write).
 
   Attributes:
-    anchor, lengths, position, remaining: i32[B] as in `HostState` / `Lane` (position: the
-      output's length, EOS excluded; remaining: max_tokens minus it).
+    remaining: i32[B] max_tokens minus the output's length (`Lane.remaining`).
     cap: i32[B] drafts a lane may take per round (K, or its request's max_drafts).
     eos_stops: bool[B] EOS ends the lane (False under ignore_eos).
     live: bool[B] the lane decodes (False: free, finished or failed).
   """
 
-  anchor: jax.Array
-  lengths: jax.Array
-  position: jax.Array
   remaining: jax.Array
   cap: jax.Array
   eos_stops: jax.Array
@@ -63,13 +61,15 @@ class LoopLanes:
 class Record:
   """Finish's outputs of each round the loop ran, for the host's replay.
 
-  Attributes: accepted i32[N, B]; tokens i32[N, B, P]; flags i32[N, B]; n i32[N, B].
+  Attributes: accepted i32[N, B]; tokens i32[N, B, P]; flags i32[N, B]; n i32[N, B];
+  counts i32[N, B] the tokens each lane committed on the device.
   """
 
   accepted: jax.Array
   tokens: jax.Array
   flags: jax.Array
   n: jax.Array
+  counts: jax.Array
 
 
 class DeviceIO(_bridges.CallbackIO):
@@ -83,7 +83,7 @@ class DeviceIO(_bridges.CallbackIO):
     self.out = None  # (accepted, tokens, flags, n) of the round traced last
     self.seed = None
 
-  def span(self, lengths, p, cache):
+  def span(self, p, cache):
     return self._span
 
   def propose(self, drafter, params, state, inp):
@@ -112,17 +112,18 @@ class DeviceIO(_bridges.CallbackIO):
 
   def _begin(self, token):
     x, k = self.lanes, self.st.drafter.k
-    b = x.anchor.shape[0]
+    b = x.live.shape[0]
     limit = jnp.where(x.live, jnp.clip(jnp.minimum(x.cap, x.remaining - 1), 0, k), 0)
-    zeros = jnp.zeros((b,), jnp.int32)
-    draft = DraftInput(anchor=x.anchor, lengths=x.lengths, seed=self.seed,
-                       position=x.position, limit=limit.astype(jnp.int32),
+    zeros = jnp.zeros((b,), jnp.int32)  # anchors, lengths, positions: the round's DecodeState
+    draft = DraftInput(anchor=zeros, lengths=zeros, seed=self.seed,
+                       position=zeros, limit=limit.astype(jnp.int32),
                        forced=jnp.zeros((b, k), jnp.int32), n_forced=zeros)
     return _round.RoundInputs(draft=draft, constrained=jnp.bool_(False), nodes=zeros,
                               trie_rows=jnp.zeros((b,), bool), eos_block=zeros)
 
   def _commit(self, accepted, tokens, flags, n):
-    """`HostState.commit` of lanes without a session, on the device."""
+    """`HostState.commit` of lanes without a session, on the device: the counts (the round
+    applies them to the DecodeState like the host's)."""
     x = self.lanes
     p = tokens.shape[1]
     idx = jnp.arange(p)[None, :]
@@ -136,14 +137,10 @@ class DeviceIO(_bridges.CallbackIO):
     hit_eos = eos.any(axis=1) & (first_eos < count)
     ok = x.live & (flags == 0) & (count > 0)
     count = jnp.where(ok, count, 0)
-    last = jnp.take_along_axis(tokens, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0]
     remaining = x.remaining - count
     live = ok & ~hit_eos & (remaining > 0)
-    self.lanes = dataclasses.replace(
-        x, anchor=jnp.where(ok, last, x.anchor), lengths=x.lengths + count,
-        position=x.position + count - hit_eos.astype(jnp.int32), remaining=remaining,
-        live=live)
-    self.out = (accepted, tokens, flags, n)
+    self.lanes = dataclasses.replace(x, remaining=remaining, live=live)
+    self.out = (accepted, tokens, flags, n, count)
     out_tokens = jnp.where(idx < count[:, None], tokens, 0)
     poisoned = x.live & ((flags & FLAG_NONFINITE) != 0)
     stopped = x.live & ~live
@@ -158,17 +155,17 @@ def _loop(rs, lanes: LoopLanes, args, limit, *, st, rounds: int, span, stop_on_f
   io = DeviceIO(st, span, stop_on_finish)
   io.seed = args.seed
   b, p = st.lanes, st.drafter.k + 1
-  rec = Record(accepted=jnp.zeros((rounds, b), jnp.int32),
-               tokens=jnp.full((rounds, b, p), -1, jnp.int32),
-               flags=jnp.zeros((rounds, b), jnp.int32), n=jnp.zeros((rounds, b), jnp.int32))
+  zeros = jnp.zeros((rounds, b), jnp.int32)
+  rec = Record(accepted=zeros, tokens=jnp.full((rounds, b, p), -1, jnp.int32), flags=zeros,
+               n=zeros, counts=zeros)
 
   def body(carry):
     i, stop, rs, lanes, rec = carry
     io.lanes = lanes
     rs, stop = _round.run_round(io, rs, args, stop, st)
-    accepted, tokens, flags, n = io.out
+    accepted, tokens, flags, n, counts = io.out
     rec = Record(rec.accepted.at[i].set(accepted), rec.tokens.at[i].set(tokens),
-                 rec.flags.at[i].set(flags), rec.n.at[i].set(n))
+                 rec.flags.at[i].set(flags), rec.n.at[i].set(n), rec.counts.at[i].set(counts))
     return i + 1, stop, rs, io.lanes, rec
 
   def cond(carry):
@@ -201,7 +198,7 @@ def drafter_qualifies(drafter) -> bool:
 def run(host, rs, args, st: _round.RoundStatics, capacity: int, rounds: int,
         stop_on_finish: bool):
   """Up to `rounds` rounds of `host`'s lanes in one dispatch, then the host's replay of each
-  round's commit -> (RoundState, rounds run)."""
+  round's commit -> (DecodeState, rounds run)."""
   k = st.drafter.k
   p = k + 1
   b = host.b
@@ -210,26 +207,22 @@ def run(host, rs, args, st: _round.RoundStatics, capacity: int, rounds: int,
                    else min(k, x.request.max_drafts) for x in host.lanes], np.int32)
   eos_stops = np.array([x is None or not x.request.ignore_eos for x in host.lanes], bool)
   remaining = np.array([x.remaining if x is not None else 0 for x in host.lanes], np.int32)
-  lengths = host.lengths.copy()
+  lengths = host.kv_lengths()
   # The span the stages bridge attends over for these lengths; the loop stays inside it
   # (each round adds at most P to a lane's length).
   span = _round.attention_span(lengths, p, capacity)
   fit = ((span if span is not None else capacity) - int(np.max(lengths, initial=0))) // p
   limit = max(1, min(rounds, fit))
-  lanes = LoopLanes(anchor=host.anchor.copy(), lengths=lengths, position=host.positions(),
-                    remaining=remaining, cap=caps, eos_stops=eos_stops, live=live)
+  lanes = LoopLanes(remaining=remaining, cap=caps, eos_stops=eos_stops, live=live)
   rs, lanes, rec, n_run = _loop(rs, jax.tree.map(jnp.asarray, lanes), args, jnp.int32(limit),
                                 st=st, rounds=rounds, span=span,
                                 stop_on_finish=stop_on_finish)
-  rec, n_run, lanes = jax.device_get((rec, n_run, lanes))
+  rec, n_run = jax.device_get((rec, n_run))
   for r in range(int(n_run)):
-    host.commit(rec.accepted[r], rec.tokens[r], rec.flags[r], rec.n[r])
-  for i, x in enumerate(host.lanes):  # the device's commit and the host's agree
-    if x is not None and x.finish is None and (
-        int(host.lengths[i]) != int(lanes.lengths[i])
-        or int(host.anchor[i]) != int(lanes.anchor[i])):
-      raise RuntimeError(
-          f"device rounds: lane {i} committed length {int(lanes.lengths[i])} anchor "
-          f"{int(lanes.anchor[i])} on the device but {int(host.lengths[i])} / "
-          f"{int(host.anchor[i])} on the host")
+    committed, _ = host.commit(rec.accepted[r], rec.tokens[r], rec.flags[r], rec.n[r])
+    for i, x in enumerate(host.lanes):  # the device's commit and the host's agree
+      if x is not None and x.finish is None and committed.counts[i] != rec.counts[r, i]:
+        raise RuntimeError(
+            f"device rounds: lane {i} committed {int(rec.counts[r, i])} tokens in round {r} "
+            f"on the device but {int(committed.counts[i])} on the host")
   return rs, int(n_run)

@@ -2,11 +2,12 @@
 
 Axis letters (docs/CONTRACTS.md): B lanes, K drafts, P = K + 1 positions, W mask words.
 
-`HostState` is the one owner of host lane state: waiting requests, lanes, committed KV
-lengths and anchors, finished results (the drafter's state, host or device, lives in the
-round's `RoundState`). The round (`_round.run_round`) calls its steps `begin` -> `masks` ->
-`commit`; the engine calls `admit`, the forced-close steps and `retire`. A row whose session, stream callback or numerics fail ends alone with a typed
-error; every other row commits exactly as the protocol says.
+`HostState` is the one owner of host lane state: waiting requests, lanes, finished results.
+What the device carries across rounds (KV lengths, anchors, output positions, the drafter's
+state) lives in the round's `_state.DecodeState`; the host's commit returns per-lane counts
+that the round applies to it. The round (`_round.run_round`) calls its steps `begin` ->
+`masks` -> `commit`; the engine calls `admit`, the forced-close steps and `retire`. A row
+whose session, stream callback or numerics fail ends alone with a typed error.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ class HostState:
     self.lanes: list[Lane | None] = [None] * b
     self.waiting: collections.deque[Lane] = collections.deque()
     self.results: dict[str, GenerationResult] = {}
-    self.lengths = np.zeros((b,), np.int32)  # committed KV length per lane
-    self.anchor = np.zeros((b,), np.int32)  # last committed token, not yet in the cache
     self.limit = np.zeros((b,), np.int32)  # drafts each lane may take this round
     # [B, P', W] per verified width P' (K + 1, or 1 in rounds nobody drafted), filled in place
     self.mask_bufs: dict[int, np.ndarray] = {}
@@ -113,11 +112,16 @@ class HostState:
     """i32[B] logical output position of each lane's next token."""
     return np.array([len(x.output) if x is not None else 0 for x in self.lanes], np.int32)
 
+  def kv_lengths(self) -> np.ndarray:
+    """i32[B] each lane's committed KV length from the host's counts (0: free lane)."""
+    return np.array([x.kv_length if x is not None else 0 for x in self.lanes], np.int32)
+
   def admit(self) -> dict[int, list[int]]:
     """Moves waiting requests into free lanes -> lane -> prompt ids of the admitted ones.
 
-    The caller prefills prompt[:-1] (its KV lengths are set here); prompt[-1] becomes the
-    lane's first anchor, so the first round produces the first token like every later one.
+    The caller prefills prompt[:-1] and sets the lanes' KV lengths and anchors in the
+    DecodeState; prompt[-1] becomes the lane's first anchor, so the first round produces
+    the first token like every later one.
     """
     admitted: dict[int, list[int]] = {}
     for b in range(self.b):
@@ -132,8 +136,6 @@ class HostState:
         break
       lane = self.lanes[b] = self.waiting.popleft()
       admitted[b] = list(lane.request.prompt_ids)
-      self.lengths[b] = len(admitted[b]) - 1
-      self.anchor[b] = admitted[b][-1]
     if admitted:
       self.generation += 1
     return admitted
@@ -145,7 +147,6 @@ class HostState:
       if lane is not None and lane.finish is not None:
         self.results[lane.request.request_id] = lane.result()
         self.lanes[b] = None
-        self.lengths[b] = self.anchor[b] = 0
         freed.append(b)
     if freed:
       self.generation += 1
@@ -197,7 +198,8 @@ class HostState:
           continue
         forced[i, :len(got)] = got
         n_forced[i] = len(got)
-    inp = DraftInput(anchor=self.anchor.copy(), lengths=self.lengths.copy(),
+    anchor = np.array([x.anchor if x is not None else 0 for x in self.lanes], np.int32)
+    inp = DraftInput(anchor=anchor, lengths=self.kv_lengths(),
                      seed=np.asarray(seed, np.uint32),
                      position=self.positions(), limit=self.limit.copy(), forced=forced,
                      n_forced=n_forced)
@@ -205,7 +207,7 @@ class HostState:
       if lane is not None and lane.report is not None:
         lane.report.jump_forward_tokens += int(n_forced[i])  # drafted first, whole
       if lane is not None and lane.trace is not None and lane.finish is None:
-        lane.trace.begin(self.anchor[i], self.limit[i], forced[i, :n_forced[i]])
+        lane.trace.begin(anchor[i], self.limit[i], forced[i, :n_forced[i]])
     self.stats["begin_seconds"] += time.perf_counter() - t0
     return inp
 
@@ -389,7 +391,7 @@ class HostState:
 
   # --- step 3: commit ------------------------------------------------------------------------
   def commit(self, accepted, tokens, flags, n_drafts) -> tuple[Committed, np.ndarray]:
-    """Preview -> model-state commit (lengths) -> session commit -> publish, per row.
+    """Preview -> model-state commit (counts) -> session commit -> publish, per row.
 
     A row whose verification reached a DeadEnd, whose logits were non-finite, whose session
     or stream callback raised, or that was cancelled commits nothing and fails alone. An
@@ -402,8 +404,8 @@ class HostState:
 
     Returns:
       (Committed(tokens i32[B, P], counts i32[B]) -- what each lane really committed, for
-      the drafter -- and poisoned bool[B]: lanes that failed with non-finite values, whose
-      KV rows must be cleared).
+      the DecodeState and the drafter -- and poisoned bool[B]: lanes that failed with
+      non-finite values, whose KV rows must be cleared).
     """
     t0 = time.perf_counter()
     accepted, tokens = np.asarray(accepted), np.asarray(tokens)
@@ -445,11 +447,10 @@ class HostState:
           out, finish = out[:cut], FinishReason.STOP_STRING
       lane.rounds.append(RoundStat(drafted=int(n_drafts[b]), accepted=min(n, len(out))))
       plans.append((b, lane, out, finish, None))
-    # Model-state commit: the cache keeps anchor + out[:-1]; out[-1] is the next anchor.
+    # Model-state commit (counts; the device applies them): out[-1] is the next anchor.
     for b, lane, out, finish, error in plans:
       if error is None:
-        self.lengths[b] += len(out)
-        self.anchor[b] = out[-1]
+        lane.committed += len(out)
         out_tokens[b, :len(out)] = out
         counts[b] = len(out)
     # Session commit, then publish.
@@ -597,8 +598,7 @@ class HostState:
     self.generation += 1  # the outputs (penalty histories) changed
     for b, close in rows.items():
       lane = self.lanes[b]
-      self.lengths[b] += len(close)
-      self.anchor[b] = close[-1]
+      lane.committed += len(close)
       try:
         if lane.session is not None:
           lane.session.commit()

@@ -35,6 +35,7 @@ class Lane:
   prompt_words: Any = None  # packed prompt ids (repetition penalty), built on first use
   min_tokens_unmet: bool = False  # ended on a grammar-forced EOS before min_tokens
   logprobs: Any = None  # [TokenLogprob] per output token when the request asks for them
+  committed: int = 0  # tokens the host's commits counted into the cache (EOS included)
 
   def __post_init__(self):
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
@@ -69,6 +70,17 @@ class Lane:
     if self.tracker is not None:
       return self.tracker.forced_close_tokens()
     return list(self.session.forced_close_tokens())
+
+  @property
+  def kv_length(self) -> int:
+    """The lane's committed KV length as the host's counts make it (the device's
+    DecodeState holds the same; the host uses it only to pick an attention span)."""
+    return len(self.request.prompt_ids) - 1 + self.committed
+
+  @property
+  def anchor(self) -> int:
+    """The last committed token of a lane that goes on (a host drafter's view)."""
+    return self.output[-1] if self.output else self.request.prompt_ids[-1]
 
   @property
   def remaining(self) -> int:

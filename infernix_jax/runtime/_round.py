@@ -14,8 +14,10 @@ Vm logits width, D model width, T appended tokens.
 This module is the only caller of drafter hooks (`init`, `propose`, `advance`, `extend`,
 `clear`). Where a drafter runs is its capability (`Drafter.on_device`) and this module's
 business: host drafters are called with numpy arrays (on the callback bridge through
-`io_callback`), device drafters are traced into the device steps. `RoundState` is the one
-owner of the cache and the drafter's state, host or device.
+`io_callback`), device drafters are traced into the device steps. `_state.DecodeState` is
+the one owner of what the device carries across rounds (the cache with its lengths, anchors,
+output positions, the drafter's state); the host's commit returns per-lane counts and
+`io.commit` applies them to it (`_state.commit_lanes`, the same rule on every executor).
 
 `run_round` takes an executor (`_bridges`): `StagesIO` runs host steps in Python between
 jitted device steps, `CallbackIO` traces the same function inside one compiled
@@ -33,19 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from infernix_jax.runtime import _deps, _masked_q, _min_tokens, _tree
+from infernix_jax.runtime import _deps, _masked_q, _min_tokens, _state, _tree
 from infernix_jax.runtime import trace as _trace
 from infernix_jax.runtime.drafters import Committed, DraftInput
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class RoundState:
-  """What the round threads through: the target's KV cache and the drafter's state (a
-  pytree of arrays for a device drafter, per-lane host objects for a host drafter)."""
-
-  cache: Any
-  draft: Any
 
 
 @jax.tree_util.register_dataclass
@@ -73,7 +65,8 @@ class RoundInputs:
   """What the host's `begin` step hands the device each round (one pytree).
 
   Attributes:
-    draft: the drafter's DraftInput (anchor, lengths, seed, position, limit, forced tokens).
+    draft: the drafter's DraftInput (seed, limit, forced tokens; its anchor, lengths and
+      position are the host's view, which the round replaces by the DecodeState's).
     constrained: bool[] some lane needs host lookahead masks this round.
     nodes: i32[B] trie lanes' states in the device automaton; trie_rows: bool[B] those lanes.
     eos_block: i32[B] positions from the round's first at which EOS is illegal (min_tokens).
@@ -111,8 +104,10 @@ def propose_step(drafter, dparams, dstate, inp):
 def verify_step(graphdef, state, cache, lengths, anchor, drafts, span=None, taps=None):
   """The target over [anchor, drafts] at each lane's committed length -> (logits [B, P, Vm],
   hidden [B, P, D] (D * len(taps): the drafter's `feature_taps`), cache); attention reads
-  the first `span` cache positions (None: all)."""
-  cache = cache.with_lengths(lengths)
+  the first `span` cache positions (None: all). `lengths` None: the cache's own (the round
+  passes none: the cache is donated, so its lengths cannot also be a separate argument)."""
+  if lengths is not None:
+    cache = cache.with_lengths(lengths)
   tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
   return _deps.verify(graphdef, state, cache, tokens, span=span, taps=taps)
 
@@ -166,8 +161,9 @@ def tree_verify_step(graphdef, state, cache, lengths, anchor, drafts, parents, n
                      taps=None):
   """The target over a draft tree's positions [anchor, nodes] in one tree-attention call ->
   (logits [B, P, Vm], hidden [B, P, D] (`verify_step`'s taps), cache with node t's K/V in
-  slot lengths + t)."""
-  cache = cache.with_lengths(lengths)
+  slot lengths + t); `lengths` None: the cache's own."""
+  if lengths is not None:
+    cache = cache.with_lengths(lengths)
   tokens = jnp.concatenate([anchor[:, None], drafts], axis=1)  # [B, P]
   return _deps.verify(graphdef, state, cache, tokens, span=span,
                       tree=_tree.tree_shape(parents, n), taps=taps)
@@ -181,7 +177,9 @@ def tree_finish_step(logits, mask, states, enabled, prop, params, seed, position
   Returns:
     (accepted i32[B], tokens i32[B, P], flags i32[B], rows i32[B, P] (the positions whose
     outputs produced tokens: `_tree.chain_rows`), hidden [B, P, D] at those rows, cache).
+    `lengths` None: the cache's own.
   """
+  lengths = cache.lengths if lengths is None else lengths
   b, p = logits.shape[:2]
   parents = _tree.positions_parents(prop.parents, prop.n)
   tokens = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), prop.drafts.astype(jnp.int32)], 1)
@@ -263,17 +261,25 @@ _JIT = {
 
 
 # --- the round -------------------------------------------------------------------------------
-def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
-  """One round over every lane -> (RoundState, stop flag from the host's commit step)."""
+def _draft_input(ds: _state.DecodeState, inp: RoundInputs) -> DraftInput:
+  """The drafter's input: the host's limits and forced tokens, the device's anchors, lengths
+  and positions."""
+  return dataclasses.replace(inp.draft, anchor=ds.anchor, lengths=ds.cache.lengths,
+                             position=ds.position)
+
+
+def run_round(io, ds: _state.DecodeState, args: RoundArgs, token, st: RoundStatics):
+  """One round over every lane -> (DecodeState, stop flag from the host's commit step)."""
   drafter = st.drafter
   inp = io.host("begin", token)
-  prop, draft = io.propose(drafter, args.dparams, rs.draft, inp.draft)
+  dinp = _draft_input(ds, inp)
+  prop, draft = io.propose(drafter, args.dparams, ds.draft, dinp)
   if drafter.tree:
-    return _tree_round(io, rs, args, st, inp, prop, draft)
-  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, rs.cache,
-                                    inp.draft.lengths, inp.draft.anchor, prop.drafts,
-                                    span=io.span(inp.draft.lengths, prop.drafts.shape[1] + 1,
-                                                 rs.cache), taps=drafter.feature_taps)
+    return _tree_round(io, ds, args, st, inp, dinp, prop, draft)
+  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, ds.cache, None,
+                                    ds.anchor, prop.drafts,
+                                    span=io.span(prop.drafts.shape[1] + 1, ds.cache),
+                                    taps=drafter.feature_taps)
   mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
@@ -282,21 +288,29 @@ def run_round(io, rs: RoundState, args: RoundArgs, token, st: RoundStatics):
                                         enabled, st)
   bias = io.bias(prop.drafts, prop.n)
   accepted, tokens, flags, n = io.device(
-      finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
-      inp.draft.position, bias, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
+      finish_step, logits, mask, states, enabled, prop, args.params, dinp.seed,
+      dinp.position, bias, vocab_size=st.vocab_size, masked_q=st.masked_q and drafter.sampling,
       drop_illegal=st.drop_illegal)
   if io.traced():  # a Python bool: untraced rounds never reach the trace step
-    io.trace(logits, mask, states, enabled, prop, args, inp.draft, bias, st)
+    io.trace(logits, mask, states, enabled, prop, args, dinp, bias, st)
   top = io.logprobs_top()  # None (a Python value) while no lane asks for logprobs
   if top is not None:
     io.logprobs(logits, mask, enabled, tokens, args.params, bias, top, st)
+  return _commit(io, ds, args, st, cache, draft, hidden, accepted, tokens, flags, n)
+
+
+def _commit(io, ds, args, st, cache, draft, hidden, accepted, tokens, flags, n):
+  """The host's commit (per-lane counts), applied to the state on the device; the drafter
+  learns it; lanes that went non-finite are cleared."""
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
-  draft = io.advance(drafter, args.dparams, draft, out_tokens, counts, hidden)
-  cache, draft = io.clear(poisoned, drafter, cache, draft)
-  return RoundState(cache, draft), stop
+  ds = io.commit(ds, cache, out_tokens, counts)
+  draft = io.advance(st.drafter, args.dparams, draft, out_tokens, counts, hidden)
+  cache, draft = io.clear(poisoned, st.drafter, ds.cache, draft)
+  return dataclasses.replace(ds, cache=cache, draft=draft), stop
 
 
-def _tree_round(io, rs: RoundState, args: RoundArgs, st: RoundStatics, inp, prop, draft):
+def _tree_round(io, ds: _state.DecodeState, args: RoundArgs, st: RoundStatics, inp, dinp,
+                prop, draft):
   """The round of a tree drafter: masks for every node (the grammar's walk of the tree, which
   prunes illegal nodes under masked q) before one tree verify, acceptance over the tree, and
   the accepted path's K/V kept. The trace and other sampling laws refuse tree drafters."""
@@ -308,23 +322,19 @@ def _tree_round(io, rs: RoundState, args: RoundArgs, st: RoundStatics, inp, prop
                                               mask, states, enabled)
   depth = io.device(_tree_depth, prop.parents, prop.n)
   mask, states, enabled = io.min_tokens(inp.eos_block, p, mask, states, enabled, st, depth)
-  lengths = inp.draft.lengths
-  logits, hidden, cache = io.device(tree_verify_step, st.graphdef, args.state, rs.cache,
-                                    lengths, inp.draft.anchor, prop.drafts, prop.parents,
-                                    prop.n, span=io.span(lengths, p, rs.cache),
+  logits, hidden, cache = io.device(tree_verify_step, st.graphdef, args.state, ds.cache,
+                                    None, ds.anchor, prop.drafts, prop.parents,
+                                    prop.n, span=io.span(p, ds.cache),
                                     taps=st.drafter.feature_taps)
   accepted, tokens, flags, rows, hidden, cache = io.device(
-      tree_finish_step, logits, mask, states, enabled, prop, args.params, inp.draft.seed,
-      inp.draft.position, cache, lengths, hidden, vocab_size=st.vocab_size)
+      tree_finish_step, logits, mask, states, enabled, prop, args.params, dinp.seed,
+      dinp.position, cache, None, hidden, vocab_size=st.vocab_size)
   top = io.logprobs_top()
   if top is not None:  # the produced tokens' distributions: the rows of their positions
     chain_logits = io.device(_tree.gather_rows, logits, rows)
     chain_mask = None if mask is None else io.device(_tree.gather_rows, mask, rows)
     io.logprobs(chain_logits, chain_mask, enabled, tokens, args.params, None, top, st)
-  out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, prop.n)
-  draft = io.advance(st.drafter, args.dparams, draft, out_tokens, counts, hidden)
-  cache, draft = io.clear(poisoned, st.drafter, cache, draft)
-  return RoundState(cache, draft), stop
+  return _commit(io, ds, args, st, cache, draft, hidden, accepted, tokens, flags, prop.n)
 
 
 def _tree_depth(parents, n):
@@ -345,10 +355,11 @@ def init_drafter(drafter, spec, placement):
   return params, state
 
 
-def extend_drafter(drafter, params, rs: RoundState, rows, hidden, reset: bool) -> RoundState:
+def extend_drafter(drafter, params, ds: _state.DecodeState, rows, hidden,
+                   reset: bool) -> _state.DecodeState:
   """The drafter learns tokens committed outside a round: prompts at admission (reset=True)
   or a forced thinking close (appended), with the prefill's hidden states [B, T, D]."""
-  return RoundState(rs.cache, drafter.extend(params, rs.draft, rows, hidden, reset))
+  return dataclasses.replace(ds, draft=drafter.extend(params, ds.draft, rows, hidden, reset))
 
 
 # The verified widths below K of a host drafter's stages round (K itself is always one). A

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from infernix_jax.pallas import OneHotQ
-from infernix_jax.runtime import _bridges, _placement, _round
+from infernix_jax.runtime import _bridges, _placement, _round, _state
 from infernix_jax.runtime.drafters import Proposal
 
 __all__ = ["WarmIO", "warm_callback", "warm_rounds"]
@@ -42,7 +42,7 @@ class WarmIO(_bridges.StagesIO):
 
   def __init__(self, steps, placement, *, width: int, span: int | None, masked: bool,
                min_tokens: bool, trace: bool = False, law: bool = False):
-    super().__init__(steps, None, placement)
+    super().__init__(steps, None, None, placement)
     self.width, self._span, self.masked, self.min_tokens_on = width, span, masked, min_tokens
     self.trace_on, self.law_on = trace, law
 
@@ -53,7 +53,7 @@ class WarmIO(_bridges.StagesIO):
                                 eos_block=np.full_like(out.eos_block, int(self.min_tokens_on)))
     return out
 
-  def span(self, lengths, p, cache):
+  def span(self, p, cache):
     return self._span
 
   def traced(self) -> bool:
@@ -74,11 +74,11 @@ class WarmIO(_bridges.StagesIO):
                     parents), state
 
 
-def warm_rounds(host, rs: _round.RoundState, args: _round.RoundArgs, st: _round.RoundStatics,
+def warm_rounds(host, rs: _state.DecodeState, args: _round.RoundArgs, st: _round.RoundStatics,
                 spans, *, trace: bool = False, laws: bool = False,
-                min_tokens: bool = False) -> _round.RoundState:
+                min_tokens: bool = False) -> _state.DecodeState:
   """Runs `_round.run_round` on idle lanes for every verified width and span, and at the first
-  span with masks -> the RoundState afterwards.
+  span with masks -> the DecodeState afterwards.
 
   Args:
     host: the engine's HostState, no lane active.
@@ -103,16 +103,17 @@ def warm_rounds(host, rs: _round.RoundState, args: _round.RoundArgs, st: _round.
     for branch in branches:
       io = WarmIO(steps, st.placement, width=width, **branch)
       rs, _ = _round.run_round(io, rs, args, None, st)
-  if st.drafter.k == 0 and st.placement is None:  # the prefetched verify's anchor step
-    jax.block_until_ready(_bridges._FIRST_TOKEN(np.zeros((host.b, 1), np.int32)))
+  if st.drafter.k == 0 and st.placement is None:  # the prefetched verify's predicted state
+    zeros = np.zeros((host.b,), np.int32)
+    jax.block_until_ready(_bridges._PREDICT(zeros, zeros, zeros, zeros[:, None], zeros))
   jax.block_until_ready(rs)
   host.stats.clear()
   host.stats.update(stats)
   return rs
 
 
-def warm_callback(host, rs: _round.RoundState, args: _round.RoundArgs, st: _round.RoundStatics,
-                  rounds: int) -> _round.RoundState:
+def warm_callback(host, rs: _state.DecodeState, args: _round.RoundArgs,
+                  st: _round.RoundStatics, rounds: int) -> _state.DecodeState:
   """Compiles the callback bridge's loop by running it on idle lanes for one round."""
   stats = collections.Counter(host.stats)
   rs = _bridges.run_callback(host, rs, args, st, rounds, stop_when=lambda: True)

@@ -7,6 +7,7 @@ capacity, T prompt bucket.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from typing import Any, Iterable
 
@@ -14,8 +15,8 @@ import jax
 import numpy as np
 
 from infernix_jax import mask_layout
-from infernix_jax.runtime import (_bridges, _deps, _device_loop, _round, _thinking, _warmup,
-                                  compile_cache, prefill)
+from infernix_jax.runtime import (_bridges, _deps, _device_loop, _round, _state, _thinking,
+                                  _warmup, compile_cache, prefill)
 from infernix_jax.runtime._host import HostState
 from infernix_jax.runtime._lane import Lane
 from infernix_jax.runtime._placement import Placement
@@ -106,8 +107,8 @@ class Engine:
     # engines may share one (laws depend on the target, constraint, prompt and T only)
     self.law_cache = None
     self._dparams, draft = _round.init_drafter(self.drafter, spec, self._place)
-    self._round_state = _round.RoundState(
-        cache=self._place.cache(_deps.kv_cache_init(self.cfg, lanes, capacity)), draft=draft)
+    self._round_state = _state.DecodeState.empty(
+        self._place.cache(_deps.kv_cache_init(self.cfg, lanes, capacity)), draft)
     self._params = None  # (generation, SamplingParams, seeds): rebuilt when lanes change
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
     # Set to a `_bridges.Timeline` to record the spans of `stages` rounds (overlap studies).
@@ -316,7 +317,7 @@ class Engine:
     host = self.host
     self._admit()
     self._forced_closes()
-    host.retire()
+    self._retire()
     if not host.any_active():
       return
     t0 = time.perf_counter()
@@ -335,19 +336,21 @@ class Engine:
         self.stats["prefetch_hits"] = self._prefetch.hits
         self.stats["prefetch_misses"] = self._prefetch.misses
     else:
-      rounds = collections.Counter()
+      rounds, freed_in_loop = collections.Counter(), []
 
       def stop_when():
         rounds["n"] += 1
-        freed = bool(host.retire())
-        return ((freed and bool(host.waiting)) or not host.any_active()
+        freed = host.retire()
+        freed_in_loop.extend(freed)
+        return ((bool(freed) and bool(host.waiting)) or not host.any_active()
                 or self._penalties_active() or bool(host.closes_due()))
 
       self._round_state = _bridges.run_callback(host, self._round_state, args, self._statics(),
                                               self.callback_rounds, stop_when)
       self.stats["rounds"] += rounds["n"]
+      self._clear_lanes(freed_in_loop)
     self.stats["round_seconds"] += time.perf_counter() - t0
-    host.retire()
+    self._retire()
 
   # --- lanes ---------------------------------------------------------------------------------
   def _statics(self) -> _round.RoundStatics:
@@ -359,20 +362,47 @@ class Engine:
                                placement=self._place if self.mesh is not None else None,
                                eos_ids=tuple(sorted(self.host.eos)))
 
+  def _rows(self, lanes) -> np.ndarray:
+    """bool[B] the given lanes."""
+    rows = np.zeros((self.b,), bool)
+    rows[list(lanes)] = True
+    return rows
+
+  def _reset(self, rows, lengths, anchor, cache=None) -> None:
+    """Sets lanes `rows` of the DecodeState (`_state.reset`: the one path that does)."""
+    self._round_state = _state.reset(self._round_state,
+                                     *self._place.rows((rows, lengths, anchor)), cache=cache)
+
+  def _clear_lanes(self, freed) -> None:
+    """Freed lanes start over at length 0 in the DecodeState."""
+    if freed:
+      zeros = np.zeros((self.b,), np.int32)
+      self._reset(self._rows(freed), zeros, zeros)
+
+  def _retire(self) -> None:
+    """The host frees the lanes whose request ended; the device state clears them."""
+    self._clear_lanes(self.host.retire())
+
   def _admit(self) -> None:
-    """Prefills prompt[:-1] of every admitted lane in one batched call (other rows untouched)."""
+    """Prefills prompt[:-1] of every admitted lane in one batched call (other rows untouched),
+    then sets their lengths and anchors in the DecodeState."""
     admitted = self.host.admit()
     if not admitted:
       return
-    hidden, cache = None, self._round_state.cache
+    hidden, cache = None, None
     if max(len(p) for p in admitted.values()) > 1:
       fn, args, static = self._prefill_call(admitted)
       hidden, cache = fn(*args, **static)
+    lengths = np.zeros((self.b,), np.int32)
+    anchor = np.zeros((self.b,), np.int32)
+    for b, p in admitted.items():
+      lengths[b], anchor[b] = len(p) - 1, p[-1]
+    self._reset(self._rows(admitted), lengths, anchor, cache)
     draft = self.drafter.admit(self._round_state.draft, {
         b: self.host.lanes[b].request.history_key() for b in admitted})
     self._round_state = _round.extend_drafter(
-        self.drafter, self._dparams, _round.RoundState(cache, draft), admitted, hidden,
-        reset=True)
+        self.drafter, self._dparams, dataclasses.replace(self._round_state, draft=draft),
+        admitted, hidden, reset=True)
 
   def _prefill_call(self, admitted: dict[int, list[int]]):
     """The jitted prefill of an admission (lane -> prompt, some longer than one token) and
@@ -398,11 +428,12 @@ class Engine:
     for b, p in admitted.items():
       tokens[b, :len(p) - 1] = p[:-1]
       counts[b] = len(p) - 1
-    start = self.host.lengths.copy()
-    start[list(admitted)] = 0
-    start, tokens, counts = self._place.rows((start, tokens, counts))
-    return prefill.append_tokens, (self.graphdef, self.state, cache.with_lengths(start), tokens,
-                                   counts), {"taps": self.drafter.feature_taps}
+    zeros = np.zeros((self.b,), np.int32)  # the admitted lanes' prompts go in at length 0
+    start = _state.reset(self._round_state, *self._place.rows(
+        (self._rows(admitted), zeros, zeros))).cache
+    tokens, counts = self._place.rows((tokens, counts))
+    return prefill.append_tokens, (self.graphdef, self.state, start, tokens, counts), {
+        "taps": self.drafter.feature_taps}
 
   def _forced_closes(self) -> None:
     """Appends the forced close to every lane whose reasoning reached its budget, as one step.
@@ -418,18 +449,24 @@ class Engine:
     if not rows:
       return
     longest = max(len(c) for c in rows.values())
-    tokens = np.zeros((self.b, prefill.bucket(longest)), np.int32)  # [B, T]
+    width = prefill.bucket(longest)
+    tokens = np.zeros((self.b, width), np.int32)  # [B, T]: [anchor, close[:-1]] per lane
+    close = np.zeros((self.b, width), np.int32)  # [B, T]: the close, committed
     counts = np.zeros((self.b,), np.int32)
-    for b, close in rows.items():
-      seq = [int(host.anchor[b])] + close[:-1]
-      tokens[b, :len(seq)] = seq
-      counts[b] = len(seq)
-    lengths, tokens, counts = self._place.rows((host.lengths, tokens, counts))
-    hidden, cache = prefill.append_tokens(self.graphdef, self.state,
-                                         self._round_state.cache.with_lengths(lengths), tokens,
+    for b, c in rows.items():
+      tokens[b, 1:len(c)] = c[:-1]
+      close[b, :len(c)] = c
+      counts[b] = len(c)
+    ds = self._round_state
+    tokens, close, counts, closing = self._place.rows((tokens, close, counts,
+                                                       self._rows(rows)))
+    committed = _state.commit(ds, close, counts)  # lengths, anchors, positions after it
+    hidden, cache = prefill.append_tokens(self.graphdef, self.state, ds.cache,
+                                         _state.with_anchors(tokens, ds.anchor, closing),
                                          counts, taps=self.drafter.feature_taps)
     self._round_state = _round.extend_drafter(
-        self.drafter, self._dparams, _round.RoundState(cache, self._round_state.draft), rows,
+        self.drafter, self._dparams,
+        dataclasses.replace(committed, cache=cache.with_lengths(committed.cache.lengths)), rows,
         hidden, reset=False)
     host.commit_closes(rows)
 
