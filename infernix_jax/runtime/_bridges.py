@@ -94,7 +94,7 @@ class Timeline:
   Each span is (round, name, start, end) in `time.perf_counter` seconds. Names: "begin",
   "commit" (host steps), "wait:<step>" (blocked reading device results before a host step),
   "dispatch:<step>" (launching a device step; with `serial` it also waits for the result,
-  so the span is the step's device time), "dispatch:next verify" (a `Prefetch`), "propose"
+  so the span is the step's device time), "dispatch:next forward" (a `Prefetch`), "propose"
   (a host drafter), "draft wait", "lookahead", "upload", "wait:round end" (the round's
   device work finishing, a prefetched verify's included).
 
@@ -113,23 +113,24 @@ class Timeline:
 
 
 class Prefetch:
-  """The next round's verify of ordinary decoding (K = 0), dispatched before the host's
+  """The next round's forward phase of ordinary decoding (K = 0), dispatched before the host's
   commit so that the device runs it while the host commits (grammar sessions included).
 
   Every lane that can go on will most likely commit the one token Finish produced. So
-  `StagesIO` applies those counts on the device (`_state.commit_lanes`: the commit's own
-  rule, over Finish's tokens, with no host read) and dispatches the verify of the predicted
-  anchors at the predicted lengths right after Finish, then commits on the host. When the
-  host's counts are the predicted ones, the round's committed state is the prefetch's input,
-  and the next round takes the result if its verify is the same call: its state's cache is
-  that round's own (no admission, retired lane, forced close or clear in between), the same
-  attention span, no drafts. Otherwise it verifies as usual over the prefetch's cache: the
-  prefetch only wrote each lane's anchor slot, which that verify writes again. Tokens are the
-  same either way.
+  `StagesIO` dispatches the next forward right after Finish with those counts as its waiting
+  commit (Finish's tokens as the last committed ones: `_state.settle_lanes`, the commit's own
+  rule, with no host read), then commits on the host. When the host's counts are the
+  predicted ones, the prefetch's state is the round's committed state, and the next round
+  takes its result if its forward is the same call: its state's cache is that round's own (no
+  admission, retired lane, forced close or clear in between), the same attention span, no
+  drafts. Otherwise the round leaves the host's counts waiting over the prefetch's cache (its
+  lengths set back to the ones before: the prefetch only wrote each lane's anchor slot, which
+  the next forward writes again). Tokens are the same either way.
 
   Attributes:
-    pending: [counts i32[B], span, logits, hidden, cache, the committed cache it is valid
-      for (None until the host's counts confirm it)] of the dispatched verify, or None.
+    pending: [counts i32[B], span, logits, hidden, the predicted DecodeState, the committed
+      cache it is valid for (None until the host's counts confirm it)] of the dispatched
+      forward, or None.
     hits, misses: rounds that took / could not take a pending prefetch.
   """
 
@@ -137,14 +138,9 @@ class Prefetch:
     self.pending = None
     self.hits = self.misses = 0
 
-  def confirm(self, counts, committed_cache) -> None:
-    """The host's counts of the round: the prefetch holds for `committed_cache` when they
-    are the predicted ones."""
-    if self.pending is not None and np.array_equal(np.asarray(counts), self.pending[0]):
-      self.pending[5] = committed_cache
-
   def take(self, cache, drafts, span):
-    """The pending (logits, hidden, cache) if a verify of these arguments would equal it."""
+    """The pending (logits, hidden, DecodeState) if a forward of these arguments would equal
+    it."""
     p, self.pending = self.pending, None
     if p is None:
       return None
@@ -155,36 +151,56 @@ class Prefetch:
     return p[2], p[3], p[4]
 
 
-def _predict(lengths, anchor, position, tokens, counts):
-  """The committed (lengths, anchor) if each lane commits counts[b] of Finish's tokens
-  (`_state.commit_lanes`; -1 read as 0: such a lane failed and its prefetch is never
-  taken)."""
-  return _state.commit_lanes(lengths, anchor, position, jnp.maximum(tokens, 0), counts)[:2]
-
-
-_PREDICT = jax.jit(_predict)
-
-
 class StagesIO:
   """Executes the round in Python: host steps directly, device steps as jitted stages.
 
-  With a `Prefetch` (ordinary decoding on one device), the commit step first dispatches the
-  next round's verify (`Prefetch`) and the round hands that verify's cache on."""
+  The host's commit waits in the state (`_state.defer`) and the next round's forward phase
+  applies it (`_round.forward_step`): a round of a host drafter dispatches its forward and
+  its Finish. With a `Prefetch` (ordinary decoding on one device), the commit step first
+  dispatches the next round's forward (`Prefetch`)."""
 
-  def __init__(self, steps: HostCallbacks, ds: _state.DecodeState,
-               timeline: Timeline | None = None, placement=None,
+  def __init__(self, steps: HostCallbacks, timeline: Timeline | None = None, placement=None,
                prefetch: Prefetch | None = None):
     self.steps, self.timeline, self.placement = steps, timeline, placement
-    self.ds = ds  # the round's state as it started (the prefetch's anchors)
     self.prefetch = prefetch if placement is None else None
-    self._verify = None  # (graphdef, state, taps, cache out) of this round's verify
-    self._next_cache = None  # the prefetched verify's cache (this round's own was donated)
+    self._forward = None  # (graphdef, state, taps) of this round's forward
+    self._verified = None  # the DecodeState this round's forward produced
+    self._next = None  # (counts, lengths before, DecodeState) of a prefetched forward
     self._begin = None  # the host's numpy DraftInput of this round (host drafters)
+
+  def _rows(self, arrays):
+    """Host arrays [B, ...] onto the devices (lanes on the mesh's "data" axis)."""
+    if self.placement is not None:
+      return self.placement.rows(arrays)
+    return _placement.host_copies(arrays)
 
   def span(self, p, cache):
     """The host knows each lane's committed length from the counts its commits returned
     (`HostState.kv_lengths`): attend over a bucketed span, not the whole capacity."""
     return attention_span(self.steps.host.kv_lengths(), p, cache.capacity)
+
+  def settle(self, ds):
+    """A waiting commit applied now (one small dispatch, the program the engine's own
+    `_state.settle` runs): device and tree drafters start from the committed state."""
+    return _state.settle(ds)
+
+  def forward(self, graphdef, state, ds, drafts, span, taps):
+    """The forward phase: the waiting commit applied, then the verify (`forward_step`), or a
+    prefetched forward that equals it -> (logits, hidden, the round's DecodeState)."""
+    self._forward = (graphdef, state, taps)
+    if self.prefetch is not None:
+      got = self.prefetch.take(ds.cache, drafts, span)
+      if got is not None:
+        logits, hidden, self._verified = got
+        return logits, hidden, dataclasses.replace(self._verified, draft=ds.draft)
+    b = ds.anchor.shape[0]
+    last, counts = ds.pending if ds.pending is not None else (np.zeros((b, 1), np.int32),
+                                                               np.zeros((b,), np.int32))
+    logits, hidden, cache, anchor, position, _ = self.device(
+        _round.forward_step, graphdef, state, ds.cache, ds.anchor, ds.position, last, counts,
+        drafts, span=span, taps=taps)
+    self._verified = _state.DecodeState(cache, anchor, position, ds.draft)
+    return logits, hidden, self._verified
 
   def propose(self, drafter, params, state, inp):
     """A device drafter's jitted propose step, or a host drafter's call on numpy inputs.
@@ -243,7 +259,7 @@ class StagesIO:
 
   def host(self, name, *args):
     if name == "commit" and self.prefetch is not None:
-      self._dispatch_next_verify(args[1])
+      self._dispatch_next_forward(args[1])
     tl = self.timeline
     if tl is None:
       out = getattr(self.steps, name)(*jax.device_get(args))
@@ -258,67 +274,56 @@ class StagesIO:
       self._begin = out.draft
     return out
 
-  def commit(self, ds, cache, tokens, counts):
-    """The host's counts applied on the device (`_state.commit`); with a prefetch, into the
-    prefetched verify's cache (this round's own was donated to it)."""
-    rows = self.placement.rows if self.placement is not None else _placement.host_copies
-    tokens_d, counts_d = rows((tokens, counts))
-    ds = _state.commit(ds, tokens_d, counts_d, cache=cache)
-    if self._next_cache is not None:
-      ds = dataclasses.replace(ds, cache=self._next_cache.with_lengths(ds.cache.lengths))
-      self._next_cache = None
-      self.prefetch.confirm(counts, ds.cache)
-    return ds
+  def commit(self, ds, tokens, counts):
+    """The host's counts (`tokens` [B, P], `counts` [B], numpy) left waiting in the state for
+    the next forward phase; with a prefetch, the prefetched state itself when its counts were
+    the host's, else the counts waiting over its cache (this round's own was donated to it)."""
+    counts = np.asarray(counts, np.int32)
+    last = _state.last_committed(tokens, counts)
+    if self._next is not None:
+      (predicted, before, nxt), self._next = self._next, None
+      if np.array_equal(counts, predicted):
+        self.prefetch.pending[5] = nxt.cache
+        return dataclasses.replace(nxt, draft=ds.draft)
+      ds = dataclasses.replace(ds, cache=nxt.cache.with_lengths(before))
+    return _state.defer(ds, last, counts)
 
   def device(self, fn, *args, **static):
-    if fn is verify_step and self.prefetch is not None:
-      graphdef, state, cache, _, _, drafts = args
-      got = self.prefetch.take(cache, drafts, static["span"])
-      self._verify = (graphdef, state, static["taps"])
-      if got is not None:
-        self._verify = (*self._verify, got[2])
-        return got
-    if self.placement is not None:  # host arrays [B, ...] go to the mesh with lanes on "data"
-      args = self.placement.rows(args)
-    else:
-      args = _placement.host_copies(args)
+    args = self._rows(args)
     tl = self.timeline
     if tl is None:
-      out = _JIT[fn](*args, **static)
-    else:
-      t0 = time.perf_counter()
-      out = _JIT[fn](*args, **static)
-      if tl.serial:
-        jax.block_until_ready(out)
-      tl.add(f"dispatch:{fn.__name__.removesuffix('_step')}", t0)
-    if fn is verify_step and self._verify is not None:
-      self._verify = (*self._verify, out[2])
+      return _JIT[fn](*args, **static)
+    t0 = time.perf_counter()
+    out = _JIT[fn](*args, **static)
+    if tl.serial:
+      jax.block_until_ready(out)
+    tl.add(f"dispatch:{fn.__name__.removesuffix('_step')}", t0)
     return out
 
-  def _dispatch_next_verify(self, tokens):
-    """`Prefetch`: the next round's verify, dispatched before the commit reads Finish's
+  def _dispatch_next_forward(self, tokens):
+    """`Prefetch`: the next round's forward, dispatched before the commit reads Finish's
     outputs (nothing is dispatched when no lane can go on, or the round drafted)."""
-    v, self._verify = self._verify, None
+    v, self._verified = self._verified, None
     h = self.steps.host
-    if v is None or len(v) < 4 or h.k != 0:  # ordinary decoding only
+    if v is None or self._forward is None or h.k != 0:  # ordinary decoding only
       return
-    graphdef, state, taps, cache = v
+    graphdef, state, taps = self._forward
     active = np.array([x is not None and x.finish is None and x.remaining > 1
                        for x in h.lanes], bool)
     if not active.any():
       return
     counts = active.astype(np.int32)
-    span = attention_span(h.kv_lengths() + counts, 1, cache.capacity)
+    span = attention_span(h.kv_lengths() + counts, 1, v.cache.capacity)
     drafts = np.zeros((counts.shape[0], 0), np.int32)
     t0 = time.perf_counter()
-    lengths, anchor = _PREDICT(cache.lengths, self.ds.anchor, self.ds.position, tokens,
-                               *_placement.host_copies((counts,)))
-    out = _JIT[verify_step](graphdef, state, cache.with_lengths(lengths), None, anchor, drafts,
-                            span=span, taps=taps)
+    logits, hidden, cache, anchor, position, before = _JIT[_round.forward_step](
+        graphdef, state, v.cache, v.anchor, v.position, tokens,
+        *_placement.host_copies((counts, drafts)), span=span, taps=taps)
     if self.timeline is not None:
-      self.timeline.add("dispatch:next verify", t0)
-    self.prefetch.pending = [counts, span, *out, None]
-    self._next_cache = out[2]
+      self.timeline.add("dispatch:next forward", t0)
+    nxt = _state.DecodeState(cache, anchor, position, None)
+    self.prefetch.pending = [counts, span, logits, hidden, nxt, None]
+    self._next = (counts, before, nxt)
 
   def masks(self, constrained, drafts, n):
     if not constrained:  # no constrained lane: no host wait, no upload, no mask read
@@ -410,9 +415,19 @@ class CallbackIO:
   def span(self, p, cache):
     return None  # traced lengths: one compiled loop attends over the whole capacity
 
-  def commit(self, ds, cache, tokens, counts):
+  def settle(self, ds):
+    return _state.settle(ds, jit=False)
+
+  def forward(self, graphdef, state, ds, drafts, span, taps):
+    """The verify, traced (the loop's commits are applied in their rounds: none waits)."""
+    ds = _state.settle(ds, jit=False)
+    logits, hidden, cache = verify_step(graphdef, state, ds.cache, None, ds.anchor, drafts,
+                                        span=span, taps=taps)
+    return logits, hidden, dataclasses.replace(ds, cache=cache)
+
+  def commit(self, ds, tokens, counts):
     """The host's counts applied inside the compiled loop (`_state.commit`, traced)."""
-    return _state.commit(ds, tokens, counts, cache=cache, jit=False)
+    return _state.commit(ds, tokens, counts, jit=False)
 
   def traced(self) -> bool:
     return False  # the engine refuses traced requests on this bridge (submit)
@@ -547,12 +562,12 @@ def run_stages(host, rs: _state.DecodeState, args: RoundArgs, st: RoundStatics,
                timeline: Timeline | None = None, prefetch: Prefetch | None = None
                ) -> _state.DecodeState:
   """One round on the `stages` bridge (spans recorded into `timeline` when given; the next
-  round's verify dispatched before the commit with a `Prefetch`)."""
+  round's forward phase dispatched before the commit with a `Prefetch`)."""
   steps = HostCallbacks()
   steps.host, steps.seed = host, np.asarray(args.seed)
   if timeline is not None and timeline.serial:  # every device step waited for: no overlap
     prefetch = None
-  rs, _ = run_round(StagesIO(steps, rs, timeline, st.placement, prefetch), rs, args, None, st)
+  rs, _ = run_round(StagesIO(steps, timeline, st.placement, prefetch), rs, args, None, st)
   if timeline is not None:  # the round ends when its device work (a prefetch's too) is done
     t0 = time.perf_counter()
     jax.block_until_ready(rs)
@@ -571,6 +586,7 @@ def run_callback(host, rs: _state.DecodeState, args: RoundArgs, st: RoundStatics
     io = _CALLBACK_IO[key] = CallbackIO(HostCallbacks(), _shapes(*key))
   steps = io.steps
   steps.host, steps.seed, steps.stop_when = host, np.asarray(args.seed), stop_when
+  rs = _state.settle(rs)
   on_host = not st.drafter.on_device
   if on_host:
     steps.drafter, steps.draft_state = st.drafter, rs.draft

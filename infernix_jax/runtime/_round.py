@@ -112,6 +112,24 @@ def verify_step(graphdef, state, cache, lengths, anchor, drafts, span=None, taps
   return _deps.verify(graphdef, state, cache, tokens, span=span, taps=taps)
 
 
+def forward_step(graphdef, state, cache, anchor, position, last, counts, drafts, span=None,
+                 taps=None):
+  """The forward phase of a stages round: the previous round's commit, waiting in the state
+  (last i32[B, 1], counts i32[B]: `_state.settle_lanes`; zero counts when none waits),
+  applied, then the target over [anchor, drafts] at the committed lengths.
+
+  Returns:
+    (logits [B, P, Vm], hidden [B, P, D] (`verify_step`'s taps), cache (the committed
+    lengths), anchor i32[B], position i32[B], lengths i32[B] before the commit: the cache is
+    donated, and a prefetched forward that guessed the counts wrong starts over from them).
+  """
+  before = cache.lengths
+  lengths, anchor, position = _state.settle_lanes(before, anchor, position, last, counts)
+  logits, hidden, cache = verify_step(graphdef, state, cache.with_lengths(lengths), None,
+                                      anchor, drafts, span=span, taps=taps)
+  return logits, hidden, cache, anchor, position, before
+
+
 SPAN_STEP = 512  # attention spans are multiples of this (few compiles, short attention)
 
 
@@ -240,6 +258,8 @@ _JIT = {
                           donate_argnames=("dstate",)),
     verify_step: jax.jit(verify_step, static_argnames=("graphdef", "span", "taps"),
                          donate_argnames=("cache",)),
+    forward_step: jax.jit(forward_step, static_argnames=("graphdef", "span", "taps"),
+                          donate_argnames=("cache",)),
     finish_step: jax.jit(finish_step, static_argnames=("vocab_size", "masked_q", "drop_illegal")),
     automaton_step: jax.jit(automaton_step),
     tree_automaton_step: jax.jit(tree_automaton_step),
@@ -272,14 +292,16 @@ def run_round(io, ds: _state.DecodeState, args: RoundArgs, token, st: RoundStati
   """One round over every lane -> (DecodeState, stop flag from the host's commit step)."""
   drafter = st.drafter
   inp = io.host("begin", token)
+  if drafter.on_device or drafter.tree:  # they propose (or compact) from the committed state
+    ds = io.settle(ds)
   dinp = _draft_input(ds, inp)
   prop, draft = io.propose(drafter, args.dparams, ds.draft, dinp)
   if drafter.tree:
     return _tree_round(io, ds, args, st, inp, dinp, prop, draft)
-  logits, hidden, cache = io.device(verify_step, st.graphdef, args.state, ds.cache, None,
-                                    ds.anchor, prop.drafts,
-                                    span=io.span(prop.drafts.shape[1] + 1, ds.cache),
-                                    taps=drafter.feature_taps)
+  logits, hidden, ds = io.forward(st.graphdef, args.state, ds, prop.drafts,
+                                  span=io.span(prop.drafts.shape[1] + 1, ds.cache),
+                                  taps=drafter.feature_taps)
+  dinp = _draft_input(ds, inp)  # a host drafter's round settled the last commit just now
   mask, states, enabled = io.masks(inp.constrained, prop.drafts, prop.n)
   if st.device_automaton:
     mask, states, enabled = io.automaton(args.automaton, inp.nodes, inp.trie_rows, prop.drafts,
@@ -296,14 +318,15 @@ def run_round(io, ds: _state.DecodeState, args: RoundArgs, token, st: RoundStati
   top = io.logprobs_top()  # None (a Python value) while no lane asks for logprobs
   if top is not None:
     io.logprobs(logits, mask, enabled, tokens, args.params, bias, top, st)
-  return _commit(io, ds, args, st, cache, draft, hidden, accepted, tokens, flags, n)
+  return _commit(io, ds, args, st, draft, hidden, accepted, tokens, flags, n)
 
 
-def _commit(io, ds, args, st, cache, draft, hidden, accepted, tokens, flags, n):
-  """The host's commit (per-lane counts), applied to the state on the device; the drafter
-  learns it; lanes that went non-finite are cleared."""
+def _commit(io, ds, args, st, draft, hidden, accepted, tokens, flags, n):
+  """The host's commit (per-lane counts) into the state (`ds`: the round's, its cache the
+  verified one): applied on the device, or left waiting for the next forward phase; the
+  drafter learns it; lanes that went non-finite are cleared."""
   out_tokens, counts, poisoned, stop = io.host("commit", accepted, tokens, flags, n)
-  ds = io.commit(ds, cache, out_tokens, counts)
+  ds = io.commit(ds, out_tokens, counts)
   draft = io.advance(st.drafter, args.dparams, draft, out_tokens, counts, hidden)
   cache, draft = io.clear(poisoned, st.drafter, ds.cache, draft)
   return dataclasses.replace(ds, cache=cache, draft=draft), stop
@@ -334,7 +357,8 @@ def _tree_round(io, ds: _state.DecodeState, args: RoundArgs, st: RoundStatics, i
     chain_logits = io.device(_tree.gather_rows, logits, rows)
     chain_mask = None if mask is None else io.device(_tree.gather_rows, mask, rows)
     io.logprobs(chain_logits, chain_mask, enabled, tokens, args.params, None, top, st)
-  return _commit(io, ds, args, st, cache, draft, hidden, accepted, tokens, flags, prop.n)
+  ds = dataclasses.replace(ds, cache=cache)
+  return _commit(io, ds, args, st, draft, hidden, accepted, tokens, flags, prop.n)
 
 
 def _tree_depth(parents, n):

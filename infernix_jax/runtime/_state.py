@@ -10,6 +10,12 @@ loop's own commit, and a forced close's append all go through it). Rolling back 
 drafts is not adding them: a verify writes scratch entries past each lane's length and
 leaves the length alone; only the committed counts raise it. `reset_lanes` is the one path
 that sets lanes outright (admission, freed lanes).
+
+A commit may also wait in the state (`pending`: each lane's count and last committed token):
+the stages bridge hands the host's counts to the next round's forward phase, which applies
+them (`settle_lanes`, the same rule) before it verifies, so the commit costs no dispatch of its
+own. Everything else that reads or sets lanes settles first (`settle`); `commit` and `reset`
+refuse a state with a commit waiting.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @jax.tree_util.register_dataclass
@@ -33,12 +40,15 @@ class DecodeState:
       round produces (sampling keys are counters of it and the request seed).
     draft: the drafter's state (a pytree of arrays for a device drafter, per-lane host
       objects for a host drafter).
+    pending: None, or a commit not yet applied to the fields above: (last i32[B, 1] each
+      lane's last committed token, counts i32[B]); `settle` applies it.
   """
 
   cache: Any
   anchor: Any
   position: Any
   draft: Any
+  pending: Any = None
 
   @classmethod
   def empty(cls, cache, draft) -> "DecodeState":
@@ -61,9 +71,25 @@ def commit_lanes(lengths, anchor, position, tokens, counts):
   """
   counts = jnp.asarray(counts, jnp.int32)
   last = jnp.take_along_axis(jnp.asarray(tokens, jnp.int32),
-                             jnp.maximum(counts - 1, 0)[:, None], axis=1)[:, 0]  # [B]
+                             jnp.maximum(counts - 1, 0)[:, None], axis=1)  # [B, 1]
+  return settle_lanes(lengths, anchor, position, last, counts)
+
+
+def settle_lanes(lengths, anchor, position, last, counts):
+  """`commit_lanes` from each lane's last committed token: last i32[B, 1] (read where
+  counts[b] > 0), counts i32[B]. -1 tokens read as 0 (a failed lane's; never committed)."""
+  counts = jnp.asarray(counts, jnp.int32)
+  last = jnp.maximum(jnp.asarray(last, jnp.int32)[:, 0], 0)
   return (lengths + counts, jnp.where(counts > 0, last, anchor).astype(jnp.int32),
           position + counts)
+
+
+def last_committed(tokens, counts):
+  """Host side: i32[B, 1] each lane's last committed token (0 where counts[b] is 0), from the
+  host commit's tokens [B, P] and counts [B] (numpy): a pending commit's `last`."""
+  tokens, counts = np.asarray(tokens, np.int32), np.asarray(counts, np.int32)
+  last = np.take_along_axis(tokens, np.maximum(counts - 1, 0)[:, None], axis=1)
+  return np.where(counts[:, None] > 0, last, 0).astype(np.int32)
 
 
 def reset_lanes(lengths, anchor, position, rows, new_lengths, new_anchor):
@@ -80,14 +106,38 @@ def _with_anchors(tokens, anchor, rows):
 
 
 _COMMIT = jax.jit(commit_lanes)
+_SETTLE = jax.jit(settle_lanes)
 _RESET = jax.jit(reset_lanes)
 with_anchors = jax.jit(_with_anchors)
+
+
+def _settled(ds: DecodeState, what: str) -> None:
+  if ds.pending is not None:
+    raise ValueError(f"{what}: the DecodeState has a commit waiting; settle() it first")
+
+
+def settle(ds: DecodeState, *, jit: bool = True) -> DecodeState:
+  """The state with its waiting commit applied (`settle_lanes`; `jit`: one small dispatch,
+  False: traced inline); unchanged when none waits."""
+  if ds.pending is None:
+    return ds
+  fn = _SETTLE if jit else settle_lanes
+  lengths, anchor, position = fn(ds.cache.lengths, ds.anchor, ds.position, *ds.pending)
+  return DecodeState(ds.cache.with_lengths(lengths), anchor, position, ds.draft)
+
+
+def defer(ds: DecodeState, last, counts) -> DecodeState:
+  """The state with the commit (last i32[B, 1], counts i32[B]) left for the next forward
+  phase (or `settle`) to apply."""
+  _settled(ds, "defer")
+  return dataclasses.replace(ds, pending=(last, counts))
 
 
 def commit(ds: DecodeState, tokens, counts, *, jit: bool = True, cache=None) -> DecodeState:
   """`commit_lanes` over a DecodeState (`jit`: one small dispatch; False: traced inline).
   `cache` (default `ds.cache`) is the cache the commit starts from and goes into: the
   round's verified one (a verify leaves lengths as they were and donates its input)."""
+  _settled(ds, "commit")
   cache = ds.cache if cache is None else cache
   fn = _COMMIT if jit else commit_lanes
   lengths, anchor, position = fn(cache.lengths, ds.anchor, ds.position, tokens, counts)
@@ -97,6 +147,7 @@ def commit(ds: DecodeState, tokens, counts, *, jit: bool = True, cache=None) -> 
 def reset(ds: DecodeState, rows, lengths, anchor, cache=None) -> DecodeState:
   """`reset_lanes` over a DecodeState (`cache`, default `ds.cache`: the cache it starts from
   and goes into, e.g. an admission's prefill, which donated the state's own)."""
+  _settled(ds, "reset")
   cache = ds.cache if cache is None else cache
   lengths, anchor, position = _RESET(cache.lengths, ds.anchor, ds.position, rows, lengths,
                                      anchor)

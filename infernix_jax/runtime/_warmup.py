@@ -42,7 +42,7 @@ class WarmIO(_bridges.StagesIO):
 
   def __init__(self, steps, placement, *, width: int, span: int | None, masked: bool,
                min_tokens: bool, trace: bool = False, law: bool = False):
-    super().__init__(steps, None, None, placement)
+    super().__init__(steps, None, placement)
     self.width, self._span, self.masked, self.min_tokens_on = width, span, masked, min_tokens
     self.trace_on, self.law_on = trace, law
 
@@ -103,9 +103,7 @@ def warm_rounds(host, rs: _state.DecodeState, args: _round.RoundArgs, st: _round
     for branch in branches:
       io = WarmIO(steps, st.placement, width=width, **branch)
       rs, _ = _round.run_round(io, rs, args, None, st)
-  if st.drafter.k == 0 and st.placement is None:  # the prefetched verify's predicted state
-    zeros = np.zeros((host.b,), np.int32)
-    jax.block_until_ready(_bridges._PREDICT(zeros, zeros, zeros, zeros[:, None], zeros))
+  rs = _state.settle(rs)  # the waiting commit's own program (admissions settle first)
   jax.block_until_ready(rs)
   host.stats.clear()
   host.stats.update(stats)

@@ -113,7 +113,7 @@ class Engine:
     self.stats = collections.Counter()  # rounds, seconds (benchmarks)
     # Set to a `_bridges.Timeline` to record the spans of `stages` rounds (overlap studies).
     self.timeline: _bridges.Timeline | None = None
-    # Ordinary decoding: the next round's verify runs while the host commits (`Prefetch`).
+    # Ordinary decoding: the next round's forward phase runs while the host commits (`Prefetch`).
     self._prefetch = _bridges.Prefetch()
     # What `warmup` has done on this engine (prompt buckets, round variants): a later call
     # (a study warms up before every cell) repeats none of it.
@@ -323,6 +323,7 @@ class Engine:
     t0 = time.perf_counter()
     args = self._round_args()
     if self.bridge == "stages" and self._host_free():
+      self._settle()
       self._round_state, n = _device_loop.run(host, self._round_state, args, self._statics(),
                                               self.capacity, self.device_rounds,
                                               stop_on_finish=bool(host.waiting))
@@ -368,8 +369,14 @@ class Engine:
     rows[list(lanes)] = True
     return rows
 
+  def _settle(self) -> None:
+    """Applies a commit the last stages round left waiting for the next forward phase
+    (`_state.settle`): before anything else reads or sets lanes."""
+    self._round_state = _state.settle(self._round_state)
+
   def _reset(self, rows, lengths, anchor, cache=None) -> None:
     """Sets lanes `rows` of the DecodeState (`_state.reset`: the one path that does)."""
+    self._settle()
     self._round_state = _state.reset(self._round_state,
                                      *self._place.rows((rows, lengths, anchor)), cache=cache)
 
@@ -389,6 +396,7 @@ class Engine:
     admitted = self.host.admit()
     if not admitted:
       return
+    self._settle()
     hidden, cache = None, None
     if max(len(p) for p in admitted.values()) > 1:
       fn, args, static = self._prefill_call(admitted)
@@ -407,6 +415,7 @@ class Engine:
   def _prefill_call(self, admitted: dict[int, list[int]]):
     """The jitted prefill of an admission (lane -> prompt, some longer than one token) and
     its arguments -> (fn, args, static kwargs); `warmup` compiles the same calls."""
+    self._settle()
     longest = max(len(p) - 1 for p in admitted.values())
     cache = self._round_state.cache
     rows = sorted(admitted)
@@ -448,6 +457,7 @@ class Engine:
     rows = host.preview_closes()
     if not rows:
       return
+    self._settle()
     longest = max(len(c) for c in rows.values())
     width = prefill.bucket(longest)
     tokens = np.zeros((self.b, width), np.int32)  # [B, T]: [anchor, close[:-1]] per lane

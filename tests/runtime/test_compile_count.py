@@ -94,8 +94,8 @@ def test_warmup_leaves_nothing_to_compile(name, k, bridge, monkeypatch):
 def test_host_proposals_verify_the_anchors_alone_or_k_drafts(monkeypatch):
   """A host drafter's round verifies the anchors alone or K drafts: a proposal whose longest
   lane drafted 1 .. K - 1 tokens is padded to K, each lane keeping its own draft count. So
-  warm-up compiles the verify once per verified width (2) and attention span (2), the requests
-  compile nothing more, and their tokens are ordinary greedy's (the padding is never
+  warm-up compiles the forward phase once per verified width (2) and attention span (2), the
+  requests compile nothing more, and their tokens are ordinary greedy's (the padding is never
   accepted)."""
   monkeypatch.setattr(_round, "SPAN_STEP", 16)  # spans 16 and the whole capacity (32)
   cfg, model = h.tiny_model()
@@ -109,7 +109,7 @@ def test_host_proposals_verify_the_anchors_alone_or_k_drafts(monkeypatch):
               for c in (None, CHOICE)]
   with compile_count.counting() as warm:
     eng.warmup(prompt_lengths=[len(r.prompt_ids) for r in requests])
-  assert warm.names.count("jit(verify_step)") == 2 * 2, warm.names
+  assert warm.names.count("jit(forward_step)") == 2 * 2, warm.names
   longest = []
   real = _round.verified_width
   monkeypatch.setattr(_round, "verified_width",

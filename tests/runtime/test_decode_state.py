@@ -49,7 +49,7 @@ def _requests():
 def _check_state(eng: Engine) -> int:
   """Asserts the device state of every running lane against its prompt and output ->
   the lanes checked."""
-  ds = eng._round_state
+  ds = _state.settle(eng._round_state)  # a stages round leaves its commit waiting
   lengths, anchor, position = (np.asarray(x) for x in (ds.cache.lengths, ds.anchor,
                                                        ds.position))
   checked = 0

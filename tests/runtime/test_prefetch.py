@@ -1,4 +1,4 @@
-"""Ordinary decoding dispatches the next round's verify before the host commits
+"""Ordinary decoding dispatches the next round's forward phase before the host commits
 (`_bridges.Prefetch`), and every result is the one rounds without it give.
 
 Oracle: the same engine and requests with the prefetch off (each verify dispatched after the
