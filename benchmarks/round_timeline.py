@@ -11,8 +11,9 @@ Over all rounds: the host's spans (begin, propose, draft wait, lookahead, upload
 the device's busy time, the serial run's `dispatch:*` spans (the same rounds: the two runs
 produce identical tokens, checked). The device waited for `rounds (overlapped) - device busy
 (serial)`: what no device work covered (host steps, launches, reads); host time minus that ran
-hidden behind the device. Ordinary decoding dispatches the next round's verify before the
-host's commit (`_bridges.Prefetch`), so its commit is host time the device does not wait for.
+hidden behind the device. Ordinary decoding dispatches the next round's forward phase before
+the host's commit (`_bridges.Prefetch`), so its commit is host time the device does not wait
+for.
 
 Workload: the main job's demo schema plus JSONSchemaBench schemas of the shared data chosen
 for their slow masks (docs/results/backend_order.md: the slowest per mask for xgrammar).
@@ -120,7 +121,7 @@ def measure(lanes: int, drafter: str, backend: str, args) -> dict:
       engine.timeline = None
       rows[kind].append(per_round(timeline))
       tokens.setdefault(kind, [r.token_ids for r in results])
-  # The same engine without this round's overlap (no prefetched verify, lanes on one thread):
+  # The same engine without this round's overlap (no prefetched forward, lanes on one thread):
   # the "before" of the same sitting.
   prefetch, threads = engine._prefetch, engine.host.lane_threads
   engine._prefetch, engine.host.lane_threads = None, 0
@@ -131,7 +132,7 @@ def measure(lanes: int, drafter: str, backend: str, args) -> dict:
     before.append(time.perf_counter() - t0)
     same_before = [r.token_ids for r in results] == tokens["overlapped"]
   engine._prefetch, engine.host.lane_threads = prefetch, threads
-  # Totals over the runs (a prefetched verify moves device work from one round into the
+  # Totals over the runs (a prefetched forward moves device work from one round into the
   # round before it, so rounds are not paired one by one).
   n_rounds = sum(len(run) for run in rows["overlapped"])
   total = sum(r["round"] for run in rows["overlapped"] for r in run)
@@ -200,7 +201,7 @@ def main() -> int:
       "busy, the same rounds' device steps in the serial run; host, the overlapped rounds' "
       "host spans (begin, propose, draft wait, lookahead, upload, commit); waited, rounds "
       "minus device busy (time no device work covered); hidden, host minus waited. Wall: "
-      "median seconds of the generation; no overlap: the same engine with the next verify "
+      "median seconds of the generation; no overlap: the same engine with the next forward "
       "not prefetched and every lane's grammar work on one thread (what the engine did "
       "before), in the same sitting.",
       "",
