@@ -26,6 +26,7 @@ wrong: the exact rule rejects its illegal drafts with the right residual.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 __all__ = ["DrafterReport", "check_drafter"]
@@ -62,6 +63,19 @@ class DrafterReport:
     detail = ", ".join(f"{k} p={v:.3g}" for k, v in self.pvalues.items())
     return "; ".join([head, detail, f"drafted {self.drafted}, accepted {self.accepted}"]
                      + self.failures)
+
+
+@functools.lru_cache(maxsize=None)
+def _exact(prompt: int, n: int, temperature: float, constrained: bool) -> dict:
+  """Ordinary decoding's exact output distribution on the tiny target (FP64 enumeration,
+  `exact_oracle.exact_distribution`) after PROMPTS[prompt], n tokens at `temperature`, free
+  or under CHOICES: computed once per process, every drafter's check compares against the
+  same laws. The caller must not change the returned dict."""
+  from infernix_jax.testing import exact_oracle as h
+
+  cfg, model = h.tiny_model()
+  return h.exact_distribution(cfg, model, PROMPTS[prompt], h.toy_vocab(), n, temperature,
+                              choices=CHOICES if constrained else None)
 
 
 def check_drafter(name: str, options: Mapping[str, Any] | None = None, *,
@@ -113,10 +127,6 @@ def check_drafter(name: str, options: Mapping[str, Any] | None = None, *,
     except ic.ConstraintError:
       pass
 
-  def exact(prompt, n, temperature, constrained):
-    return h.exact_distribution(cfg, model, PROMPTS[prompt], vocab, n, temperature,
-                                choices=CHOICES if constrained else None)
-
   # Greedy: every prompt, free and under each backend, in one batch.
   cases = [(p, b) for p in range(len(PROMPTS)) for b in [None] + supported]
   greedy = [GenerationRequest(PROMPTS[p], max_tokens=6,
@@ -145,7 +155,7 @@ def check_drafter(name: str, options: Mapping[str, Any] | None = None, *,
       continue
     if masked_q:
       for (p, b), r in zip(cases, results[:len(greedy)]):
-        [want] = exact(p, 6, 0.0, b is not None)
+        [want] = _exact(p, 6, 0.0, b is not None)
         if tuple(r.token_ids) != want:
           report.failures.append(f"greedy prompt {p} backend {b or 'free'}: got "
                                  f"{list(r.token_ids)}, ordinary decoding gives {list(want)}")
@@ -154,7 +164,7 @@ def check_drafter(name: str, options: Mapping[str, Any] | None = None, *,
       part = results[i * samples:(i + 1) * samples]
       report.drafted += sum(r.drafted for r in part)
       report.accepted += sum(r.accepted for r in part)
-      pvalue = h.chi_square_pvalue(exact(0, max_tokens, 1.0, constrained),
+      pvalue = h.chi_square_pvalue(_exact(0, max_tokens, 1.0, constrained),
                                    [tuple(r.token_ids) for r in part])
       report.pvalues[label] = pvalue
       if not pvalue > ALPHA:

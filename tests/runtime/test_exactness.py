@@ -18,7 +18,11 @@ from infernix_jax.runtime.types import GenerationRequest, SamplingOptions
 from infernix_jax.testing import exact_oracle as h
 
 K = 3
-LANES = 32
+LANES = 32  # the token-for-token comparisons: more requests than lanes, admitted mid-flight
+# The chi-square tests (1,200 samples per law): the same samples in fewer, wider rounds (most
+# of a round's cost is per dispatch, not per lane), one lane width for all of them so their
+# engines share compiled programs.
+SAMPLING_LANES = 128
 PROMPTS = ([1, 1, 2, 1, 1, 2, 1], [8, 12, 13, 9, 8, 12])
 CHOICES = (b"abc", b"ab", b"ba1", b"cab", b"x{y}")
 SPEC = ic.OutputConstraint.choice([c.decode() for c in CHOICES])
@@ -73,9 +77,10 @@ BACKENDS = [b for b in backends.names() if _supports(b, SPEC)]
 
 
 @functools.lru_cache(maxsize=None)
-def engine(name: str, bridge: str = "stages", device_automaton: bool = False) -> Engine:
+def engine(name: str, bridge: str = "stages", device_automaton: bool = False,
+           lanes: int = LANES) -> Engine:
   cfg, model = h.tiny_model()
-  return Engine(model, h.toy_vocab(), VARIANTS[name], lanes=LANES, capacity=32, bridge=bridge,
+  return Engine(model, h.toy_vocab(), VARIANTS[name], lanes=lanes, capacity=32, bridge=bridge,
                 device_automaton=device_automaton)
 
 
@@ -105,7 +110,7 @@ def test_every_drafter_passes_check_drafter(label):
   bridge is checked against the stages bridge token for token below."""
   from infernix_jax.testing import check_drafter
   name, options, jump, drafter = CASES[label]
-  report = check_drafter(name, options, jump_forward=jump, lanes=LANES)
+  report = check_drafter(name, options, jump_forward=jump, lanes=SAMPLING_LANES)
   assert report.passed, report
   if drafter.k and not (drafter.uses_forced and name == "jump") and name != "ngram":
     assert report.drafted > 0, report  # drafts really are verified (not ordinary decoding)
@@ -121,9 +126,9 @@ def test_the_naive_drop_illegal_rule_is_caught():
                                 sampling=SamplingOptions(temperature=1.0, seed=s))
               for s in range(1200)]
   pvalues = {}
-  for masked_q in (False, True):
-    eng = Engine(model, h.toy_vocab(), VARIANTS["dflash2"], lanes=LANES, capacity=32,
-                 masked_q=masked_q, acceptance="drop-illegal")
+  eng = Engine(model, h.toy_vocab(), VARIANTS["dflash2"], lanes=SAMPLING_LANES, capacity=32,
+               acceptance="drop-illegal")
+  for masked_q in (False, True):  # a runtime setting of the engine (`run` sets it)
     pvalues[masked_q] = h.chi_square_pvalue(want, [tuple(r.token_ids)
                                                    for r in run(eng, requests, masked_q)])
   assert pvalues[False] < 1e-6 and pvalues[True] > 1e-3, pvalues
@@ -140,7 +145,7 @@ def test_top_k_over_legal_tokens():
   requests = [GenerationRequest(PROMPTS[1], max_tokens=4, constraint=SPEC,
                                 sampling=SamplingOptions(temperature=1.0, top_k=2, seed=s))
               for s in range(1200)]
-  results = run(engine("jump+ngram"), requests)
+  results = run(engine("jump+ngram", lanes=SAMPLING_LANES), requests)
   assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
 
 
@@ -153,7 +158,9 @@ def test_penalties_over_committed_and_drafted_history(bridge):
                               frequency=0.7)
   requests = [GenerationRequest(PROMPTS[0], max_tokens=3, sampling=SamplingOptions(
       temperature=1.0, presence_penalty=1.5, frequency_penalty=0.7, seed=s)) for s in range(1200)]
-  results = run(engine("jump+ngram", bridge), requests)
+  # callback: the engine of the token-for-token comparisons (their width), compiled once
+  results = run(engine("jump+ngram", bridge,
+                       lanes=SAMPLING_LANES if bridge == "stages" else LANES), requests)
   assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
   assert sum(r.accepted for r in results) > 0  # drafts were accepted under penalties
 
@@ -173,7 +180,7 @@ def test_repetition_penalty_over_prompt_and_drafted_history(name, constrained):
                                 else None, sampling=SamplingOptions(
                                     temperature=1.0, presence_penalty=0.5,
                                     repetition_penalty=1.8, seed=s)) for s in range(1200)]
-  results = run(engine(name), requests)
+  results = run(engine(name, lanes=SAMPLING_LANES), requests)
   samples = [tuple(r.token_ids) for r in results]
   assert h.chi_square_pvalue(law(1.8), samples) > 1e-3
   assert h.chi_square_pvalue(law(1.0), samples) < 1e-6  # the penalty changes the law
@@ -194,7 +201,7 @@ def test_min_tokens_bans_eos_in_drafts_and_targets(name, constrained):
                                 constraint=SPEC if constrained else None,
                                 sampling=SamplingOptions(temperature=1.0, seed=s))
               for s in range(1200)]
-  results = run(engine(name), requests)
+  results = run(engine(name, lanes=SAMPLING_LANES), requests)
   samples = [tuple(r.token_ids) for r in results]
   assert h.chi_square_pvalue(law(3), samples) > 1e-3
   assert h.chi_square_pvalue(law(0), samples) < 1e-6
@@ -212,7 +219,7 @@ def test_ignore_eos_keeps_decoding_to_max_tokens():
   requests = [GenerationRequest(PROMPTS[1], max_tokens=3, ignore_eos=True,
                                 sampling=SamplingOptions(temperature=1.0, seed=s))
               for s in range(1200)]
-  results = run(engine("jump+ngram"), requests)
+  results = run(engine("jump+ngram", lanes=SAMPLING_LANES), requests)
   assert all(len(r.token_ids) == 3 and r.finish_reason.value == "length" for r in results)
   assert any(0 in r.token_ids for r in results)  # EOS (id 0) was produced and kept
   assert h.chi_square_pvalue(want, [tuple(r.token_ids) for r in results]) > 1e-3
@@ -223,7 +230,7 @@ def test_wrong_target_fails_the_same_check():
   requests = [GenerationRequest(PROMPTS[0], max_tokens=3,
                                 sampling=SamplingOptions(temperature=1.4, seed=s))
               for s in range(1200)]
-  results = run(engine("ngram"), requests)
+  results = run(engine("ngram", lanes=SAMPLING_LANES), requests)
   assert h.chi_square_pvalue(exact(0, 3, 1.0, False),
                              [tuple(r.token_ids) for r in results]) < 1e-3
 
