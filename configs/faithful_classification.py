@@ -35,6 +35,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.grid.chunk = tuple(range(c.chunks))
   if variant == "smoke":
     c.model = "tiny-random"
+    c.lanes = 2  # the classification smoke's engine (same drafter, lanes and capacity): its
+    # compiled programs are shared through the compilation cache
     c.limit = 1
     c.max_tokens = 12
     c.chunks = 1

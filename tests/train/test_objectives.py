@@ -20,41 +20,73 @@ CFG = im.ModelConfig(vocab_size=V, dim=32, num_layers=2, num_heads=4, num_kv_hea
 PROMPT = [5, 17, 2, 40, 33, 8, 8, 21, 3]
 
 
+def _random(make, seed):
+  """`_randomize(make(), seed)` without initialising the module first (its initial values
+  are all replaced: only their shapes count), which would run each initializer eagerly."""
+  return _randomize(nnx.eval_shape(make), seed)
+
+
 @pytest.fixture(scope="module")
 def target():
-  model, _ = _randomize(im.Transformer(CFG, rngs=nnx.Rngs(0)), 1)
+  model, _ = _random(lambda: im.Transformer(CFG, rngs=nnx.Rngs(0)), 1)
   return model, dr.TargetHead.from_model(model)
 
 
+def _compiled(fn, *args, **static):
+  """fn(*args, **static) as one compiled program, as training runs it (inside its jitted
+  step), not primitive by primitive: the array arguments (arrays, parameter dicts, heads) are
+  traced, the rest (configs, sizes, weights of the loss) are fixed. Eager dispatch would
+  compile each primitive of the layouts on its own."""
+  traced = [i for i, a in enumerate(args)
+            if isinstance(a, (jax.Array, np.ndarray, dict, dr.TargetHead))]
+
+  def call(*xs):
+    full = list(args)
+    for i, x in zip(traced, xs):
+      full[i] = x
+    return fn(*full, **static)
+
+  return jax.jit(call)(*[args[i] for i in traced])
+
+
+FORWARD_LEN = 16  # every sequence's forward runs padded to this length: one compile
+
+
 def _hidden(model, ids):
-  _, hidden = im.forward(*nnx.split(model), jnp.asarray([ids], jnp.int32))
-  return hidden[0]
+  """The target's hidden states [len(ids), D] of `ids` (the causal forward of `ids` padded
+  to FORWARD_LEN: later positions do not change earlier ones)."""
+  assert len(ids) <= FORWARD_LEN
+  padded = np.zeros((1, FORWARD_LEN), np.int32)
+  padded[0, :len(ids)] = ids
+  _, hidden = im.forward(*nnx.split(model), jnp.asarray(padded))
+  return np.asarray(hidden)[0, :len(ids)]
 
 
 def _context(model, ids):
   """The prefill DraftContext of `ids`: hidden shifted right by one."""
   h = _hidden(model, ids)
-  shifted = jnp.concatenate([jnp.zeros_like(h[:1]), h[:-1]], axis=0)
-  return dr.DraftContext(tokens=jnp.asarray([ids], jnp.int32), hidden=shifted[None],
-                         counts=jnp.asarray([len(ids)], jnp.int32))
+  shifted = np.concatenate([np.zeros_like(h[:1]), h[:-1]], axis=0)
+  return dr.DraftContext(tokens=jnp.asarray([ids], jnp.int32),
+                         hidden=jnp.asarray(shifted[None]), counts=jnp.asarray([len(ids)], jnp.int32))
 
 
 @pytest.mark.parametrize("kind", ["mtp", "block"])
 def test_training_logits_equal_the_proposal(target, kind):
   model, head = target
   if kind == "mtp":
-    net, _ = _randomize(dr.MTPHead(CFG, rngs=nnx.Rngs(2)), 3)
+    net, _ = _random(lambda: dr.MTPHead(CFG, rngs=nnx.Rngs(2)), 3)
     drafter = dr.MTPDrafter.create(net, head, K)
   else:
-    net, _ = _randomize(dr.DFlashNet(CFG.replace(num_layers=2), CFG.dim, rngs=nnx.Rngs(2)), 3)
+    net, _ = _random(lambda: dr.DFlashNet(CFG.replace(num_layers=2), CFG.dim,
+                                          rngs=nnx.Rngs(2)), 3)
     drafter = dr.DFlashDrafter.create(net, head, K)
   drafts, _, _ = drafter.propose(drafter.init_state(1, 64), _context(model, PROMPT))
   drafts = [int(t) for t in np.asarray(drafts[0])]
   ids = PROMPT + drafts  # the true continuation equals the drafts
   hidden = _hidden(model, ids)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
-  logits = objectives.LOGITS[kind](params, net.cfg, head, jnp.asarray(ids), hidden,
-                                   jnp.asarray([len(PROMPT) - 1]), K)
+  logits = _compiled(objectives.LOGITS[kind], params, net.cfg, head, jnp.asarray(ids), hidden,
+                     jnp.asarray([len(PROMPT) - 1]), K)
   assert np.argmax(np.asarray(logits[0]), -1).tolist() == drafts
   # Logits gaps make the argmax check strict: the winners are well separated.
   top2 = np.sort(np.asarray(logits[0]), -1)[:, -2:]
@@ -63,19 +95,19 @@ def test_training_logits_equal_the_proposal(target, kind):
 
 def test_loss_terms_match_fp64(target):
   model, head = target
-  net, _ = _randomize(dr.MTPHead(CFG, rngs=nnx.Rngs(4)), 5)
+  net, _ = _random(lambda: dr.MTPHead(CFG, rngs=nnx.Rngs(4)), 5)
   ids = PROMPT + [11, 12, 13, 14, 15]
   hidden = _hidden(model, ids)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
   anchors, ok = jnp.asarray([8, 10, 12]), jnp.asarray([True, True, False])
   n = len(ids)
   p_len = 11  # CE only on tokens 11.. (the "generated" part); KL everywhere
-  loss, m = objectives.distill_loss("mtp", params, net.cfg, head, model.final_norm[...],
-                                    jnp.asarray(ids), hidden, n, p_len, anchors, ok, k=K,
-                                    ce_weight=0.5)
-  student = np.asarray(objectives.mtp_logits(params, net.cfg, head, jnp.asarray(ids), hidden,
-                                             anchors, K), np.float64)
-  teacher = np.asarray(model.logits(hidden), np.float64)
+  loss, m = _compiled(objectives.distill_loss, "mtp", params, net.cfg, head,
+                      model.final_norm[...], jnp.asarray(ids), hidden, n, p_len, anchors, ok,
+                      k=K, ce_weight=0.5)
+  student = np.asarray(_compiled(objectives.mtp_logits, params, net.cfg, head, jnp.asarray(ids),
+                                 hidden, anchors, K), np.float64)
+  teacher = np.asarray(jax.jit(model.logits)(hidden), np.float64)
   kls, ces = [], []
   for r, a in enumerate([8, 10]):
     for i in range(1, K + 1):
@@ -101,18 +133,18 @@ def test_restricted_head_and_position_weights_match_fp64(target):
   ids = PROMPT + [11, 12, 13, 14, 15]
   ids[10] = int(vocab[3])  # one answer token inside the vocabulary, others maybe not
   head = full.restricted(vocab)
-  net, _ = _randomize(dr.MTPHead(CFG, rngs=nnx.Rngs(4)), 5)
+  net, _ = _random(lambda: dr.MTPHead(CFG, rngs=nnx.Rngs(4)), 5)
   hidden = _hidden(model, ids)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
   anchors, ok = jnp.asarray([6, 9]), jnp.asarray([True, True])
   n, p_len, pw = len(ids), 10, (1.0, 0.5, 2.0, 3.0)
-  loss, m = objectives.distill_loss("mtp", params, net.cfg, head, model.final_norm[...],
-                                    jnp.asarray(ids), hidden, n, p_len, anchors, ok, k=K,
-                                    ce_weight=0.3, position_weights=pw)
-  student = np.asarray(objectives.mtp_logits(params, net.cfg, head, jnp.asarray(ids), hidden,
-                                             anchors, K), np.float64)
+  loss, m = _compiled(objectives.distill_loss, "mtp", params, net.cfg, head,
+                      model.final_norm[...], jnp.asarray(ids), hidden, n, p_len, anchors, ok,
+                      k=K, ce_weight=0.3, position_weights=pw)
+  student = np.asarray(_compiled(objectives.mtp_logits, params, net.cfg, head, jnp.asarray(ids),
+                                 hidden, anchors, K), np.float64)
   assert student.shape[-1] == len(vocab)
-  teacher = np.asarray(model.logits(hidden), np.float64)[:, vocab]
+  teacher = np.asarray(jax.jit(model.logits)(hidden), np.float64)[:, vocab]
   kl = ce = wk = wc = 0.0
   for r, a in enumerate([6, 9]):
     for i in range(1, K + 1):
@@ -143,7 +175,7 @@ def test_restricted_head_and_position_weights_match_fp64(target):
 def _eagle3(model, seed=2, vd=40):
   """A random EAGLE-3 head on the tiny target with a draft vocabulary of `vd` ids."""
   from infernix_jax.models.drafters import eagle3 as e3
-  net, _ = _randomize(e3.Eagle3Net(CFG, (0, 1, 1), vd, rngs=nnx.Rngs(seed)), seed + 1)
+  net, _ = _random(lambda: e3.Eagle3Net(CFG, (0, 1, 1), vd, rngs=nnx.Rngs(seed)), seed + 1)
   vocab = np.sort(np.random.default_rng(seed).choice(V, size=vd, replace=False))
   net.d2t[...] = jnp.asarray(vocab - np.arange(vd), jnp.int32)
   return net, vocab
@@ -166,9 +198,9 @@ def test_eagle3_training_logits_equal_the_proposal(target):
       jax.random.key(0), 1))
   drafts = [int(t) for t in np.asarray(drafts[0])]
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
-  logits = objectives.eagle3_logits(params, net.cfg, model.embed[...],
-                                    jnp.asarray(PROMPT + drafts), jnp.asarray(feats),
-                                    jnp.asarray([n - 1]), K)  # [1, K, Vd]
+  logits = _compiled(objectives.eagle3_logits, params, net.cfg, model.embed[...],
+                      jnp.asarray(PROMPT + drafts), jnp.asarray(feats), jnp.asarray([n - 1]),
+                      K)  # [1, K, Vd]
   assert vocab[np.argmax(np.asarray(logits[0]), -1)].tolist() == drafts
 
 
@@ -189,13 +221,12 @@ def test_eagle3_loss_matches_fp64(target):
   anchors, ok = jnp.asarray([7, 9, 12]), jnp.asarray([True, True, False])
   p_len, weights = 10, (1.0, 0.5, 0.25, 0.125)
   params = nnx.to_pure_dict(nnx.state(net, nnx.Param))
-  loss, m = objectives.eagle3_loss(params, net.cfg, model.embed[...], jnp.asarray(t2d),
-                                   jnp.asarray(ids), jnp.asarray(feats), jnp.asarray(top_ids),
-                                   jnp.asarray(top_logp), n, p_len, anchors, ok, k=K,
-                                   step_weights=weights, ce_weight=0.3)
-  student = np.asarray(objectives.eagle3_logits(params, net.cfg, model.embed[...],
-                                                jnp.asarray(ids), jnp.asarray(feats),
-                                                anchors, K), np.float64)
+  loss, m = _compiled(objectives.eagle3_loss, params, net.cfg, model.embed[...],
+                      jnp.asarray(t2d), jnp.asarray(ids), jnp.asarray(feats),
+                      jnp.asarray(top_ids), jnp.asarray(top_logp), n, p_len, anchors, ok, k=K,
+                      step_weights=weights, ce_weight=0.3)
+  student = np.asarray(_compiled(objectives.eagle3_logits, params, net.cfg, model.embed[...],
+                                 jnp.asarray(ids), jnp.asarray(feats), anchors, K), np.float64)
   xs, ws, ces, wcs = [], [], [], []
   for r, a in enumerate([7, 9]):
     for i in range(1, K + 1):
