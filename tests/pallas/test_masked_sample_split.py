@@ -90,9 +90,10 @@ def _equal_partials(a: ms.ChunkPartials, b: ms.ChunkPartials):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=name)
 
 
-@functools.partial(exact_jit, static_argnames=("v", "cw"))
+@functools.partial(jax.jit, static_argnames=("v", "cw"))
 def _jnp_split_and_reference(args, *, v, cw):
-  """(reference, jnp split partials, their combine, jnp split): one program."""
+  """(reference, jnp split partials, their combine, jnp split): one program (plain jnp on
+  both sides: equal at the suite's level 0 too)."""
   parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
   return (ip.masked_sample_reference(*args, vocab_size=v), parts,
           ms.combine_partials(parts, args[3].temperature)[:2],
