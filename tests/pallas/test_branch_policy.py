@@ -34,10 +34,14 @@ def _case() -> cases.Case:
                     base.rows + extra, V)
 
 
-def _under(policy: bool, monkeypatch, fn, *args, **kw):
+def _under(policy: bool, monkeypatch, args, seed, position):
+  """(masked_probs_reference, masked_sample_reference) under the policy, as one program."""
   monkeypatch.setattr(_sampling, "skip_is_free", lambda: policy)
   jax.clear_caches()  # the policy is read at trace time: trace again
-  return jax.device_get(jax.jit(fn.__wrapped__, static_argnames=tuple(kw))(*args, **kw))
+  both = jax.jit(lambda a, s, p: (ip.masked_probs_reference.__wrapped__(*a, vocab_size=V),
+                                  ip.masked_sample_reference.__wrapped__(*a, s, p,
+                                                                         vocab_size=V)))
+  return jax.device_get(both(args, seed, position))
 
 
 @pytest.mark.parametrize("rows", ["all", "greedy", "sampled", "big_k"])
@@ -55,10 +59,7 @@ def test_both_policies_match_the_oracle(rows, monkeypatch):
   seed, position = jnp.arange(r, dtype=jnp.uint32) * 7919, jnp.arange(r, dtype=jnp.int32)
   out = {}
   for policy in (True, False):
-    probs = _under(policy, monkeypatch, ip.masked_probs_reference, *args, vocab_size=V)
-    toks = _under(policy, monkeypatch, ip.masked_sample_reference, *args, seed, position,
-                  vocab_size=V)
-    out[policy] = probs, toks
+    out[policy] = _under(policy, monkeypatch, args, seed, position)
   for a, b in zip(jax.tree.leaves(out[True]), jax.tree.leaves(out[False])):
     np.testing.assert_array_equal(a, b)
   (p, greedy, flags), (tok, tok_flags) = out[True]

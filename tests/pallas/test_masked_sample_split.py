@@ -1,8 +1,13 @@
 """masked_sample split over vocabulary chunks: per-chunk partials (Pallas grid and plain-jnp
-reshape) combine to exactly the reference's tokens and flags (same counter-based noise)."""
+reshape) combine to exactly the reference's tokens and flags (same counter-based noise).
+
+Each comparison runs as one program compiled at XLA's default level (`exact_jit`: at the
+suite's LLVM level 0 the kernel's and the reference's float results may differ by an ulp),
+called once per seed base."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import jax
@@ -11,17 +16,18 @@ import numpy as np
 import pytest
 
 from infernix_jax import pallas as ip
+from infernix_jax.testing.exact import exact_jit
 from tests.pallas import cases
 
 ms = importlib.import_module("infernix_jax.pallas.masked_sample")
 
 INT_MAX = np.iinfo(np.int32).max
-# (vocab_size, logits width, dtype) x chunk words (chunks of 256 / 512 tokens): V is never a
-# multiple of the chunk, and the width is either V itself or padded to 32.
-SHAPES = [(1000, 1000, np.float32), (1000, 1024, jnp.bfloat16), (2053, 2080, np.float32),
-          (2053, 2053, jnp.bfloat16)]
+# (vocab_size, logits width, dtype, chunk words: chunks of 256 / 512 tokens): V is never a
+# multiple of the chunk, the width is either V itself or padded to 32, and each chunk size
+# meets both vocabularies, both dtypes and both kinds of width.
+PRODUCT = [(1000, 1000, np.float32, 8), (1000, 1024, jnp.bfloat16, 16),
+           (2053, 2080, np.float32, 16), (2053, 2053, jnp.bfloat16, 8)]
 CHUNK_WORDS = [8, 16]
-PRODUCT = [(v, vm, dt, cw) for v, vm, dt in SHAPES for cw in CHUNK_WORDS]
 EMPTY_ROWS, NONFINITE_ROWS = {6, 7}, {8, 9, 10}
 
 
@@ -84,19 +90,24 @@ def _equal_partials(a: ms.ChunkPartials, b: ms.ChunkPartials):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=name)
 
 
+@functools.partial(jax.jit, static_argnames=("v", "cw"))
+def _jnp_split_and_reference(args, *, v, cw):
+  """(reference, jnp split partials, their combine, jnp split): one program (plain jnp on
+  both sides: equal at the suite's level 0 too)."""
+  parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
+  return (ip.masked_sample_reference(*args, vocab_size=v), parts,
+          ms.combine_partials(parts, args[3].temperature)[:2],
+          ms.masked_sample_split_reference(*args, vocab_size=v, chunk_words=cw))
+
+
 @pytest.mark.parametrize("v,vm,dtype,cw", PRODUCT)
 def test_jnp_split_equals_reference(v, vm, dtype, cw):
   case = split_case(1, v, vm, 32 * cw, dtype)
   for base in (0, 1000):
-    args = _args(case, base)
-    want = ip.masked_sample_reference(*args, vocab_size=v)
-    parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
+    want, parts, got, split = _jnp_split_and_reference(_args(case, base), v=v, cw=cw)
     assert parts.state.shape == (len(case.rows), -(-vm // (32 * cw)))
-    got = ms.combine_partials(parts, args[3].temperature)[:2]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    np.testing.assert_array_equal(
-        np.asarray(ms.masked_sample_split_reference(*args, vocab_size=v, chunk_words=cw)),
-        np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(split), np.asarray(want))
   tok, flags = map(np.asarray, want)
   assert set(np.flatnonzero(flags == ip.FLAG_EMPTY)) == EMPTY_ROWS
   assert set(np.flatnonzero(flags == ip.FLAG_NONFINITE)) == NONFINITE_ROWS
@@ -117,6 +128,23 @@ def test_combine_ties_to_the_smaller_id_across_chunks():
   assert int(tok[0]) == 64
 
 
+@functools.partial(exact_jit, static_argnames=("v", "block", "interpret"))
+def _kernel_partials_and_references(args, *, v, block, interpret):
+  """(kernel partials, jnp split partials, the kernel partials' combine, reference)."""
+  parts = ms.split_partials_kernel(*args, vocab_size=v, block=block, interpret=interpret)
+  return (parts, ms.split_partials_reference(*args, vocab_size=v, chunk_words=block.chunk_words),
+          ms.combine_partials(parts, args[3].temperature)[:2],
+          ip.masked_sample_reference(*args, vocab_size=v))
+
+
+@functools.partial(exact_jit, static_argnames=("v", "block", "interpret"))
+def _kernel_and_references(args, reference_args, *, v, block, interpret):
+  """(split kernel, reference on ``reference_args``, jnp split): one program."""
+  return (ms.masked_sample_split_kernel(*args, vocab_size=v, block=block, interpret=interpret),
+          ip.masked_sample_reference(*reference_args, vocab_size=v),
+          ms.masked_sample_split_reference(*args, vocab_size=v, chunk_words=block.chunk_words))
+
+
 class SplitKernelTest:
   """The split kernel's partials equal the jnp split's, and its tokens the reference's."""
   INTERPRET = False
@@ -133,11 +161,9 @@ class SplitKernelTest:
     case = split_case(2, v, vm, 32 * cw, dtype)
     for base in (0, 1000):
       args = _args(case, base)
-      parts = ms.split_partials_kernel(*args, vocab_size=v, block=self.block(cw),
-                                       interpret=self.INTERPRET)
-      _equal_partials(parts, ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw))
-      got = ms.combine_partials(parts, args[3].temperature)[:2]
-      want = ip.masked_sample_reference(*args, vocab_size=v)
+      parts, ref_parts, got, want = _kernel_partials_and_references(
+          args, v=v, block=self.block(cw), interpret=self.INTERPRET)
+      _equal_partials(parts, ref_parts)
       np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     flags = np.asarray(want[1])
     assert set(np.flatnonzero(flags != 0)) == EMPTY_ROWS | NONFINITE_ROWS
@@ -158,22 +184,18 @@ class SplitKernelTest:
     case.rows[1] = dict(temperature=1e-30)                              # z / T = +-inf
     for base in (0, 1000):
       args = _args(case, base)
-      got = ms.masked_sample_split_kernel(*args, vocab_size=v, block=self.block(cw),
-                                          interpret=self.INTERPRET)
-      want = ip.masked_sample_reference(*args, vocab_size=v)
+      got, want, jnp_split = _kernel_and_references(args, args, v=v, block=self.block(cw),
+                                                    interpret=self.INTERPRET)
       np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-      jnp_split = ms.masked_sample_split_reference(*args, vocab_size=v, chunk_words=cw)
       np.testing.assert_array_equal(np.asarray(jnp_split), np.asarray(want))
     assert int(want[0][1]) >= 0
 
   def test_mask_none_equals_disabled_rows(self):
     case = split_case(3, 1000, 1024, 256, np.float32)
-    a = ms.masked_sample_split_kernel(*_args(case, 0, mask=False), vocab_size=1000,
-                                      block=self.block(8), interpret=self.INTERPRET)
-    r = len(case.rows)
     args = list(_args(case, 0))
-    args[2] = jnp.zeros((r,), bool)
-    b = ip.masked_sample_reference(*args, vocab_size=1000)
+    args[2] = jnp.zeros((len(case.rows),), bool)
+    a, b, _ = _kernel_and_references(_args(case, 0, mask=False), tuple(args), v=1000,
+                                     block=self.block(8), interpret=self.INTERPRET)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -195,7 +217,6 @@ def test_chunk_words_must_be_a_power_of_two():
 def test_dispatch_runs_the_split_kernel_where_asked_and_the_reference_on_cpu(monkeypatch):
   case = split_case(6, 1000, 1000, 256, np.float32)
   args = _args(case, 0)
-  want = ip.masked_sample_reference(*args, vocab_size=1000)
   monkeypatch.delenv("INFERNIX_PALLAS_IMPL", raising=False)
   if jax.default_backend() == "cpu":
     assert ip.resolve_impl(None, "masked_sample", len(case.rows)) == "reference"
@@ -203,6 +224,7 @@ def test_dispatch_runs_the_split_kernel_where_asked_and_the_reference_on_cpu(mon
   real = ms.masked_sample_split_kernel
   monkeypatch.setattr(ms, "masked_sample_split_kernel",
                       lambda *a, **kw: calls.append(kw["interpret"]) or real(*a, **kw))
-  got = ip.masked_sample(*args, vocab_size=1000, impl="interpret")
+  got, want = exact_jit(lambda a: (ip.masked_sample(*a, vocab_size=1000, impl="interpret"),
+                                   ip.masked_sample_reference(*a, vocab_size=1000)))(args)
   assert calls == [True]
   np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

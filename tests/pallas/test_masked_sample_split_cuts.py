@@ -4,6 +4,7 @@ flags (same counter-based noise), ties at the thresholds included."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import jax
@@ -13,6 +14,7 @@ import pytest
 
 from infernix_jax import pallas as ip
 from infernix_jax.pallas import _sampling, rng
+from infernix_jax.testing.exact import exact_jit
 from tests.pallas import cases
 
 ms = importlib.import_module("infernix_jax.pallas.masked_sample")
@@ -127,12 +129,18 @@ def _check(case, got, want):
   assert np.all(tok[drawn] >= 0) and np.all(tok < case.vocab_size)
 
 
+@functools.partial(jax.jit, static_argnames=("v", "cw"))
+def _reference_and_jnp_split(args, *, v, cw):
+  """(reference, jnp split): one program (the split holds the reference for its overflow rows)."""
+  return (ip.masked_sample_reference(*args, vocab_size=v),
+          ms.masked_sample_split_reference(*args, vocab_size=v, chunk_words=cw))
+
+
 def _jnp_split_equals_reference(v, vm, dtype, cw):
   case = cut_case(1, v, vm, 32 * cw, dtype)
   for base in SEED_BASES:
-    args = _args(case, base)
-    want = ip.masked_sample_reference(*args, vocab_size=v)
-    _check(case, ms.masked_sample_split_reference(*args, vocab_size=v, chunk_words=cw), want)
+    want, got = _reference_and_jnp_split(_args(case, base), v=v, cw=cw)
+    _check(case, got, want)
   return case, want
 
 
@@ -183,45 +191,44 @@ def test_the_second_pass_has_the_reference_support_product(v, vm, dtype, cw):
   _second_pass_has_the_reference_support(v, vm, dtype, cw)
 
 
+@functools.partial(jax.jit, static_argnames=("v", "cw"))
+def _second_pass_and_reference(args, *, v, cw):
+  """(live rows, ``cut_support`` as bool[R, Vm], the reference's support, ``cut_tokens``, the
+  reference's tokens): one program."""
+  logits, mask, enabled, params = args[:4]
+  r, vm = logits.shape
+  parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
+  _, flags, m = ms.combine_partials(parts, params.temperature)
+  cut = (params.top_k > 0) | (params.top_p < 1.0) | (params.min_p > 0.0)
+  live = (params.temperature > 0) & (flags == 0) & cut & jnp.isfinite(m)
+  z, legal = split._chunks(logits, mask, enabled, params, v, cw)
+  s = ms.cut_support(z, legal, params, m, live, width=vm)
+  small = jnp.zeros((r, vm), jnp.int32).at[jnp.arange(r)[:, None], s.top_ids].add(
+      s.top_cand.astype(jnp.int32))
+  got = jnp.where(s.small[:, None], small > 0, s.cand.reshape(r, -1)[:, :vm])
+  zr = ms._prepare_logits(logits, params).astype(jnp.float32)
+  lr = _sampling.unpack_legal(mask, enabled, v, vm)
+  want = _sampling.support(zr, lr, params.temperature, params.top_k, params.top_p,
+                           params.min_p).cand
+  tok = ms.cut_tokens(z, legal, params, rng.stream_key(args[4], args[5], 0), m, live,
+                      width=vm)
+  return live, got, want, tok, ip.masked_sample_reference(*args, vocab_size=v)[0]
+
+
 def _second_pass_has_the_reference_support(v, vm, dtype, cw):
   """``cut_support`` is the reference's support on every cut row, as a set of ids (more
   sensitive than draws: a wrong threshold that only adds unlikely ids shows here), and
   ``cut_tokens`` alone draws the reference's tokens there (the reference does not answer
   them). Row 36 sits exactly on a top-p boundary."""
   case = cut_case(1, v, vm, 32 * cw, dtype)
-  args = _args(case, 5)
-  logits, mask, enabled, params = args[:4]
-  parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
-  _, flags, m = ms.combine_partials(parts, params.temperature)
-  cut = (params.top_k > 0) | (params.top_p < 1.0) | (params.min_p > 0.0)
-  live = (params.temperature > 0) & (flags == 0) & cut & jnp.isfinite(m)
-  z, legal = split._chunks(logits, mask, enabled, params, v, cw)
-  s = jax.jit(ms.cut_support, static_argnames="width")(z, legal, params, m, live, width=vm)
-  r = len(case.rows)
-  got = np.asarray(s.cand).reshape(r, -1)[:, :vm]
-  small = jnp.zeros((r, got.shape[1]), jnp.int32).at[
-      jnp.arange(r)[:, None], s.top_ids].add(s.top_cand.astype(jnp.int32))
-  got = np.where(np.asarray(s.small)[:, None], np.asarray(small) > 0, got)
-
-  @jax.jit
-  def reference_support(logits, mask, enabled, params):
-    zr = ms._prepare_logits(logits, params).astype(jnp.float32)
-    lr = _sampling.unpack_legal(mask, enabled, v, vm)
-    return _sampling.support(zr, lr, params.temperature, params.top_k, params.top_p,
-                             params.min_p).cand
-
-  want = np.asarray(reference_support(logits, mask, enabled, params))
-  live = np.asarray(live)
+  live, got, want, tok, ref = map(np.asarray,
+                                  _second_pass_and_reference(_args(case, 5), v=v, cw=cw))
   assert live.sum() >= 26 and live[36] and not np.any(live[37:41])
   for i in np.flatnonzero(live):
     assert set(np.flatnonzero(got[i])) == set(np.flatnonzero(want[i])), (v, i, case.rows[i])
   assert set(np.flatnonzero(want[36])) == {3}
-  key = rng.stream_key(args[4], args[5], 0)
-  tok = jax.jit(ms.cut_tokens, static_argnames="width")(z, legal, params, key, m,
-                                                        jnp.asarray(live), width=vm)
-  ref, _ = ip.masked_sample_reference(*args, vocab_size=v)
-  np.testing.assert_array_equal(np.asarray(tok)[live], np.asarray(ref)[live])
-  assert np.all(np.asarray(tok)[~live] == -1)
+  np.testing.assert_array_equal(tok[live], ref[live])
+  assert np.all(tok[~live] == -1)
 
 
 def test_the_exact_top_p_boundary_row_is_on_the_boundary():
@@ -239,6 +246,14 @@ def test_the_exact_top_p_boundary_row_is_on_the_boundary():
     assert set(np.flatnonzero(np.asarray(p[0]))) == support
 
 
+@functools.partial(exact_jit, static_argnames=("v", "block", "interpret"))
+def _kernel_and_reference(args, *, v, block, interpret):
+  """(split kernel, reference): one program at XLA's default level (`exact_jit`: at the
+  suite's LLVM level 0 the kernel's and the reference's floats may differ by an ulp)."""
+  return (ms.masked_sample_split_kernel(*args, vocab_size=v, block=block, interpret=interpret),
+          ip.masked_sample_reference(*args, vocab_size=v))
+
+
 class CutKernelTest:
   """The Pallas partials plus the second pass equal the reference on cut rows."""
   INTERPRET = True
@@ -247,11 +262,10 @@ class CutKernelTest:
   def test_kernel_cut_rows_equal_the_reference(self, v, vm, dtype, cw):
     case = cut_case(2, v, vm, 32 * cw, dtype)
     for base in SEED_BASES[:2]:
-      args = _args(case, base)
-      got = ms.masked_sample_split_kernel(*args, vocab_size=v,
-                                          block=ms.SplitBlockSizes(cw, 4, 1),
-                                          interpret=self.INTERPRET)
-      _check(case, got, ip.masked_sample_reference(*args, vocab_size=v))
+      got, want = _kernel_and_reference(_args(case, base), v=v,
+                                        block=ms.SplitBlockSizes(cw, 4, 1),
+                                        interpret=self.INTERPRET)
+      _check(case, got, want)
 
 
 class TestCutKernelInterpret(CutKernelTest):

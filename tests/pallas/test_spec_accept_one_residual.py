@@ -3,8 +3,10 @@ token for token: all drafts accepted, early rejections, greedy and sampled rows,
 
 from __future__ import annotations
 
+import functools
 import importlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,17 +18,27 @@ from tests.pallas.test_spec_accept import _edge_inputs
 sa = importlib.import_module("infernix_jax.pallas.spec_accept")
 
 
+@functools.partial(jax.jit, static_argnames="v")
+def _reference_and_one_residual(inputs, *, v):
+  """(reference, one residual): one program (they share the statistics of every position)."""
+  return (ip.spec_accept_reference(**inputs, vocab_size=v),
+          sa.spec_accept_one_residual(**inputs, vocab_size=v))
+
+
 def _equal(inputs, v):
-  want = [np.asarray(x) for x in ip.spec_accept_reference(**inputs, vocab_size=v)]
-  got = [np.asarray(x) for x in sa.spec_accept_one_residual(**inputs, vocab_size=v)]
+  want, got = ([np.asarray(x) for x in out] for out in _reference_and_one_residual(inputs, v=v))
   for name, a, b in zip(("accepted", "tokens", "flags"), want, got):
     np.testing.assert_array_equal(b, a, err_msg=name)
   return want
 
 
-@pytest.mark.parametrize("kind", ["onehot", "sparse", "dense"])
-@pytest.mark.parametrize("k", [1, 3])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+# Every q kind with both K and both dtypes, and each K with both dtypes (a pairwise cover of
+# kind x K x dtype: the dtype only enters through the logits, before q is read).
+CASES = [("onehot", 1, jnp.float32), ("onehot", 3, jnp.bfloat16), ("sparse", 1, jnp.bfloat16),
+         ("sparse", 3, jnp.float32), ("dense", 1, jnp.float32), ("dense", 3, jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("kind,k,dtype", CASES)
 def test_one_residual_equals_reference(kind, k, dtype):
   world = World(20, 40, k, seed=7, legal_frac=0.8)
   rng = np.random.default_rng(k)
@@ -47,7 +59,7 @@ def test_one_residual_equals_reference(kind, k, dtype):
   # of the reference replaces the first rejected draft by its correction.
   chain = greedy & (r % 4 == 0)
   for _ in range(k):
-    acc, tok, _ = (np.asarray(x) for x in ip.spec_accept_reference(**inputs, vocab_size=20))
+    acc, tok, _ = (np.asarray(x) for x in _reference_and_one_residual(inputs, v=20)[0])
     d = np.asarray(inputs["drafts"]).copy()
     fix = chain & (acc < n)
     d[fix, acc[fix]] = tok[fix, acc[fix]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -21,9 +22,15 @@ from tests.pallas import test_tree_accept as tt
 T = 7
 
 
+@functools.partial(jax.jit, static_argnames="v")
+def _reference_and_one_residual(inputs, *, v):
+  """(reference, one residual draw): one program."""
+  return (ip.tree_accept_reference(**inputs, vocab_size=v),
+          ip.tree_accept_one_residual(**inputs, vocab_size=v))
+
+
 def _equal(inputs, v):
-  want = [np.asarray(x) for x in ip.tree_accept_reference(**inputs, vocab_size=v)]
-  got = [np.asarray(x) for x in ip.tree_accept_one_residual(**inputs, vocab_size=v)]
+  want, got = ([np.asarray(x) for x in out] for out in _reference_and_one_residual(inputs, v=v))
   for name, a, b in zip(("accepted", "path", "tokens", "flags"), want, got):
     np.testing.assert_array_equal(b, a, err_msg=name)
   return want
@@ -124,8 +131,8 @@ def _random_trees(v, vm, dtype, kind, rows=128):
     # Where a row emitted at a node with children, give the emitted token to one of them:
     # the first (greedy rows then accept it) or the last (sampled rows then test it after
     # rejecting the earlier siblings).
-    acc, path, toks, flags = (np.asarray(x) for x in ip.tree_accept_reference(
-        **inputs, tokens=jnp.asarray(tokens, jnp.int32), q=proposal(), vocab_size=v))
+    acc, path, toks, flags = (np.asarray(x) for x in _reference_and_one_residual(
+        dict(inputs, tokens=jnp.asarray(tokens, jnp.int32), q=proposal()), v=v)[0])
     stop = np.where(acc > 0, path[r, np.maximum(acc - 1, 0)], 0)
     emitted = toks[r, acc]
     for i in np.flatnonzero((flags == 0) & (emitted >= 0) & (r % 7 != 6)):
