@@ -13,8 +13,6 @@
 - The embedded SmolLM2 is loaded and compiled once per configuration for the whole session:
   `smollm2_model` (the weights), `smollm2_llm` (one warmed-up `LLM`, whose engine the engine
   tests share) and `smollm2_engine(bridge)`. A test must not change their state past its end.
-- XLA compiles at LLVM optimization level 0 in every process of the suite (`SUITE_XLA_FLAG`):
-  compiling is most of the suite's time, and no test depends on the loops' speed.
 - Marker `slow`: every test that uses the embedded SmolLM2 (through these fixtures or by
   loading it itself: marked in its module), the studies' smoke runs, the server, and the tests
   in SLOW_TESTS (over ~2 s each on a quiet 2-core CPU). `make test-fast` (-m "not slow") runs
@@ -28,19 +26,8 @@ import tempfile
 
 import pytest
 
-# The suite compiles XLA's CPU code at LLVM optimization level 0: compiling is most of the
-# suite's time, and what the tests check (token ids, distributions against FP64 oracles, host
-# behaviour) does not depend on how well the generated loops are optimized; matrix products
-# still run in XLA's precompiled runtime. Measured on one test pair (device rounds and compile
-# counts, tiny models): 41% less CPU time; on the embedded SmolLM2's tests: 12% less. It
-# reaches every process of the session (CLI and server subprocesses, the workers) through the
-# environment; benchmarks and the CLI outside the suite keep XLA's default.
-SUITE_XLA_FLAG = "--xla_backend_optimization_level=0"
-if SUITE_XLA_FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAG}".strip()
-
-from infernix_jax.models import cpu_kernels  # noqa: E402
-from infernix_jax.runtime import compile_cache  # noqa: E402
+from infernix_jax.models import cpu_kernels
+from infernix_jax.runtime import compile_cache
 
 # The session's own compilation cache and compiled CPU kernels: made by the first process
 # (the xdist controller, or the only process), inherited by the workers through the
