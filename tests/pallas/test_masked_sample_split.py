@@ -2,7 +2,7 @@
 reshape) combine to exactly the reference's tokens and flags (same counter-based noise).
 
 Each comparison runs as one program compiled at XLA's default level (`exact_jit`: at the
-suite's LLVM level 0 the kernel's and the reference's float results may differ by an ulp),
+LLVM level 0 in XLA_FLAGS the kernel's and the reference's float results may differ by an ulp),
 called once per seed base."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _equal_partials(a: ms.ChunkPartials, b: ms.ChunkPartials):
 @functools.partial(jax.jit, static_argnames=("v", "cw"))
 def _jnp_split_and_reference(args, *, v, cw):
   """(reference, jnp split partials, their combine, jnp split): one program (plain jnp on
-  both sides: equal at the suite's level 0 too)."""
+  both sides: equal at LLVM level 0 too)."""
   parts = ms.split_partials_reference(*args, vocab_size=v, chunk_words=cw)
   return (ip.masked_sample_reference(*args, vocab_size=v), parts,
           ms.combine_partials(parts, args[3].temperature)[:2],

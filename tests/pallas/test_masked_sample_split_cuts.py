@@ -249,7 +249,7 @@ def test_the_exact_top_p_boundary_row_is_on_the_boundary():
 @functools.partial(exact_jit, static_argnames=("v", "block", "interpret"))
 def _kernel_and_reference(args, *, v, block, interpret):
   """(split kernel, reference): one program at XLA's default level (`exact_jit`: at the
-  suite's LLVM level 0 the kernel's and the reference's floats may differ by an ulp)."""
+  LLVM level 0 in XLA_FLAGS the kernel's and the reference's floats may differ by an ulp)."""
   return (ms.masked_sample_split_kernel(*args, vocab_size=v, block=block, interpret=interpret),
           ip.masked_sample_reference(*args, vocab_size=v))
 
