@@ -66,8 +66,8 @@ def _context(model, ids):
   """The prefill DraftContext of `ids`: hidden shifted right by one."""
   h = _hidden(model, ids)
   shifted = np.concatenate([np.zeros_like(h[:1]), h[:-1]], axis=0)
-  return dr.DraftContext(tokens=jnp.asarray([ids], jnp.int32),
-                         hidden=jnp.asarray(shifted[None]), counts=jnp.asarray([len(ids)], jnp.int32))
+  return dr.DraftContext(tokens=jnp.asarray([ids], jnp.int32), hidden=jnp.asarray(shifted[None]),
+                         counts=jnp.asarray([len(ids)], jnp.int32))
 
 
 @pytest.mark.parametrize("kind", ["mtp", "block"])
