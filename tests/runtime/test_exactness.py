@@ -312,7 +312,7 @@ def test_unrolled_layout_spans_and_timelines_keep_greedy_tokens(name, monkeypatc
       assert eng.host.stats["anchor_only_rounds"] > 0
     if serial is not None:
       names = {span[1] for span in eng.timeline.spans}
-      assert {"begin", "dispatch:verify", "lookahead", "dispatch:finish", "commit"} <= names
+      assert {"begin", "dispatch:forward", "lookahead", "dispatch:finish", "commit"} <= names
       assert eng.timeline.round >= 1
 
 
